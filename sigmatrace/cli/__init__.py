@@ -1,0 +1,1 @@
+"""The `sigmatrace` command line: one module per command, registered in main.py."""

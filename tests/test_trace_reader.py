@@ -1,0 +1,98 @@
+"""The reader keeps what is sound and names what is damaged (file and byte offset)."""
+import json
+import os
+
+import numpy as np
+import pytest
+
+from sigmatrace.errors import TraceFormatError
+from sigmatrace.trace import format as fmt
+from sigmatrace.trace.reader import StreamFile, TraceDir, read_cold
+from sigmatrace.trace.writer import StreamWriter, create_live, make_dir, write_json
+
+
+def _records(n, qpn=7):
+    r = np.zeros(n, fmt.RECORD_DTYPE)
+    r["ts"] = np.arange(n) * 100 + 1000
+    r["type"] = fmt.RecType.POST_SEND
+    r["qpn"] = qpn
+    r["len"] = np.arange(n) + 1
+    return r
+
+
+def _stream(path, n):
+    with StreamWriter(path, pid=10, tid=11, name="main") as w:
+        w.write(_records(n))
+
+
+def test_roundtrip(tmp_path):
+    p = tmp_path / "t11.bin"
+    _stream(p, 1000)
+    s = StreamFile(p)
+    recs = s.read()
+    assert s.header.pid == 10 and s.header.tid == 11 and s.header.name == "main"
+    assert len(recs) == 1000 and s.problems == []
+    assert list(recs["seq"][:3]) == [1, 2, 3] and int(recs["len"].sum()) == 1000 * 1001 // 2
+    assert sum(len(c) for c in s.chunks(chunk_records=97)) == 1000
+
+
+def test_truncated_tail(tmp_path):
+    p = tmp_path / "t11.bin"
+    _stream(p, 10)
+    with open(p, "r+b") as f:
+        f.truncate(fmt.STREAM_HEADER_SIZE + 9 * fmt.RECORD_SIZE + 20)
+    s = StreamFile(p)
+    assert len(s.read()) == 9
+    assert len(s.problems) == 1 and s.problems[0].offset == fmt.STREAM_HEADER_SIZE + 9 * fmt.RECORD_SIZE
+
+
+def test_corrupt_middle(tmp_path):
+    p = tmp_path / "t11.bin"
+    _stream(p, 10)
+    off = fmt.STREAM_HEADER_SIZE + 4 * fmt.RECORD_SIZE
+    with open(p, "r+b") as f:
+        f.seek(off)
+        f.write(b"\xff" * fmt.RECORD_SIZE)
+    s = StreamFile(p)
+    recs = s.read()
+    assert len(recs) == 9
+    assert any(pr.offset == off for pr in s.problems)
+
+
+def test_bad_magic(tmp_path):
+    p = tmp_path / "t1.bin"
+    p.write_bytes(b"x" * 200)
+    with pytest.raises(TraceFormatError, match="bad magic"):
+        StreamFile(p)
+
+
+def test_cold_torn_and_corrupt(tmp_path):
+    p = tmp_path / "cold.jsonl"
+    p.write_bytes(b'{"ev":"pd_alloc","ts":1,"tid":2,"pd":5}\nnot json\n{"ev":"mr_reg","ts":3')
+    c = read_cold(p)
+    assert [e["ev"] for e in c.events] == ["pd_alloc"]
+    assert [pr.offset for pr in c.problems] == [40, 49]
+
+
+def test_trace_dir(tmp_path):
+    d = make_dir(tmp_path / "tr")
+    write_json(d / "session.json", {"format": "sigmatrace-trace", "version": 1})
+    pd = make_dir(d / "p42" / "streams")
+    _stream(pd / "t42.bin", 5)
+    (d / "p42" / "streams" / "t43.bin").write_bytes(b"garbage")
+    mm = create_live(d / "p42" / "live.bin", pid=42)
+    mm.flush()
+    t = TraceDir(d)
+    assert oct(os.stat(d).st_mode & 0o777) == "0o700"
+    [proc] = t.processes
+    assert proc.pid == 42
+    assert [s.header.tid for s in proc.streams()] == [11]
+    assert len(t.all_problems()) == 1
+    assert int(proc.live().header["pid"]) == 42
+
+
+def test_not_a_trace(tmp_path):
+    with pytest.raises(TraceFormatError):
+        TraceDir(tmp_path)
+    with pytest.raises(TraceFormatError):
+        TraceDir(tmp_path / "missing")
