@@ -5,7 +5,8 @@ emulated NIC's libraries, test doubles and example programs.
 setup.py calls build_all() during `pip install`; developers rebuild in place with
     python native/build.py            # into sigmatrace/_lib, only what changed
     python native/build.py --force    # everything
-Each target is one compiler invocation; a target is rebuilt when any of its sources, or any
+Targets are listed per subsystem in native/<part>/targets.py and examples/<part>/targets.py
+(`TARGETS = [Target(...), ...]`, with `Target` predefined).  Each target is one compiler invocation; a target is rebuilt when any of its sources, or any
 header under native/include or next to its sources, is newer than its output.
 """
 from __future__ import annotations
@@ -41,9 +42,16 @@ class Target:
     links: list[str] = field(default_factory=list)  # extra names (symlinks) next to the output
 
 
-# Each subsystem adds its targets here.
-TARGETS: list[Target] = [
-]
+def _collect_targets() -> list[Target]:
+    """Each subsystem lists its own targets in a `targets.py` (native/*/ and examples/*/) that
+    defines TARGETS, a list of Target."""
+    found: list[Target] = []
+    for spec in sorted(glob.glob(str(ROOT / "native" / "*" / "targets.py")) +
+                       glob.glob(str(ROOT / "examples" / "*" / "targets.py"))):
+        namespace: dict = {"Target": Target}
+        exec(compile(Path(spec).read_text(), spec, "exec"), namespace)
+        found.extend(namespace.get("TARGETS", []))
+    return found
 
 
 def _sources(t: Target) -> list[Path]:
@@ -125,7 +133,7 @@ def build_target(t: Target, out_root: Path, force: bool = False, verbose: bool =
 def build_all(out_root: Path = DEFAULT_OUT, force: bool = False, verbose: bool = False,
               only: list[str] | None = None) -> list[str]:
     out_root = Path(out_root)
-    targets = [t for t in TARGETS if not only or any(o in t.out for o in only)]
+    targets = [t for t in _collect_targets() if not only or any(o in t.out for o in only)]
     jobs = max(1, os.cpu_count() or 1)
     with concurrent.futures.ThreadPoolExecutor(jobs) as pool:
         return list(pool.map(lambda t: build_target(t, out_root, force, verbose), targets))

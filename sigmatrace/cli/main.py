@@ -7,6 +7,7 @@ Heavy imports (frida, duckdb, pyarrow, matplotlib, bcc) happen inside command bo
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import os
 import sys
 
@@ -16,8 +17,19 @@ from rich.console import Console
 from .. import __version__
 from ..errors import SigmatraceError
 
-# Command modules, in the order `--help` lists them.
+# Command modules, in the order `--help` lists them.  A module not written yet is skipped.
 COMMAND_MODULES = [
+    "demo",
+    "spawn",
+    "attach",
+    "top",
+    "report",
+    "export",
+    "sql",
+    "matrix",
+    "merge",
+    "simnic",
+    "doctor",
 ]
 
 app = typer.Typer(
@@ -52,7 +64,8 @@ def _root(
 
 
 for _name in COMMAND_MODULES:
-    importlib.import_module(f"{__package__}.{_name}").register(app)
+    if importlib.util.find_spec(f"{__package__}.{_name}") is not None:
+        importlib.import_module(f"{__package__}.{_name}").register(app)
 
 
 def main() -> None:
