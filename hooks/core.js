@@ -179,9 +179,61 @@ const sigmatrace = (() => {
     }
   }
 
-  function libraryEvent(path) {
-    cold(now(), { ev: 'library', path });
-    message('library:loaded', { path });
+  // GNU build-id of a mapped module, read from its program headers in memory (null if none).
+  function buildId(m) {
+    try {
+      const b = m.base;
+      if (b.readU32() !== 0x464c457f) return null;
+      const phoff = b.add(0x20).readU64().toNumber();
+      const phentsize = b.add(0x36).readU16();
+      const phnum = b.add(0x38).readU16();
+      // the load bias: first PT_LOAD's vaddr is subtracted from note vaddrs
+      let bias = null;
+      const notes = [];
+      for (let i = 0; i < phnum; i++) {
+        const ph = b.add(phoff + i * phentsize);
+        const type = ph.readU32();
+        const vaddr = ph.add(0x10).readU64().toNumber();
+        const memsz = ph.add(0x28).readU64().toNumber();
+        if (type === 1 && bias === null) bias = vaddr - (ph.add(0x08).readU64().toNumber());
+        if (type === 4) notes.push([vaddr, memsz]);
+      }
+      for (const [vaddr, size] of notes) {
+        let p = b.add(vaddr - (bias || 0));
+        const end = p.add(size);
+        while (p.compare(end) < 0) {
+          const namesz = p.readU32();
+          const descsz = p.add(4).readU32();
+          const type = p.add(8).readU32();
+          const name = p.add(12);
+          const desc = name.add((namesz + 3) & ~3);
+          if (type === 3 && namesz === 4 && name.readCString() === 'GNU') {
+            return Array.from(new Uint8Array(desc.readByteArray(descsz))).map((x) => ('0' + x.toString(16)).slice(-2)).join('');
+          }
+          p = desc.add((descsz + 3) & ~3);
+        }
+      }
+    } catch (e) {
+      return null;
+    }
+    return null;
+  }
+
+  const knownModules = new Set();
+
+  // Libraries mapped since we last looked: a `library` event each, and one message.
+  function newModules(emitEvents) {
+    const added = [];
+    for (const m of Process.enumerateModules()) {
+      if (knownModules.has(m.path)) continue;
+      knownModules.add(m.path);
+      added.push(m);
+    }
+    if (added.length === 0) return;
+    if (emitEvents) {
+      for (const m of added) cold(now(), { ev: 'library', path: m.path, build_id: buildId(m), base: m.base });
+    }
+    message('process:modules', { paths: added.map((m) => m.path) });
   }
 
   function installLoaderHooks() {
@@ -194,7 +246,7 @@ const sigmatrace = (() => {
         },
         onLeave(ret) {
           if (ret.isNull() || this.path === null || internalDepth > 0) return;
-          libraryEvent(this.path);
+          newModules(true);
           installReady();
         },
       });
@@ -266,6 +318,7 @@ const sigmatrace = (() => {
         p.state = 'not_requested';
       }
     }
+    newModules(false);
     try {
       installLoaderHooks();
     } catch (e) {

@@ -9,3 +9,13 @@ TARGETS = [
         soname="libsigmatrace_rt.so",
     ),
 ]
+
+# Preloaded by `sigmatrace spawn` into the target and its exec'd descendants (see follow.c).
+TARGETS.append(
+    Target(
+        out="libsigmatrace_follow.so",
+        sources=["native/runtime/follow/follow.c"],
+        cflags=["-fvisibility=hidden"],
+        soname="libsigmatrace_follow.so",
+    )
+)
