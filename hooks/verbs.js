@@ -61,6 +61,7 @@
 
   function portInfo(ctx) {
     // the agent's own queries: ports of the device, their LID and GID 0
+    if (F.query_device === null || F.query_port === null) return;
     try {
       const da = Memory.alloc(rfn('st_verbs_sizeof', 'int', ['int'])(4));
       if (F.query_device(ctx, da) !== 0) return;
@@ -69,7 +70,7 @@
       const gid = Memory.alloc(16);
       for (let port = 1; port <= nports; port++) {
         if (F.query_port(ctx, port, pa) !== 0) continue;
-        const haveGid = F.query_gid(ctx, port, 0, gid) === 0;
+        const haveGid = F.query_gid !== null && F.query_gid(ctx, port, 0, gid) === 0;
         const text = vfmt('st_vfmt_port', ['pointer', 'int', 'pointer', 'pointer'], [ctx, port, pa, haveGid ? gid : ptr(0)]);
         api.cold(api.now(), '"ev":"port_info",' + text);
       }
@@ -79,6 +80,7 @@
   }
 
   function guidOf(dev) {
+    if (F.get_device_guid === null) return '0';
     try {
       return uint64(F.get_device_guid(dev).toString()).toString();
     } catch (e) {
@@ -272,6 +274,7 @@
           post_send: ctx.add(off(1)).readPointer(),
           post_recv: ctx.add(off(2)).readPointer(),
           poll_cq: ctx.add(off(3)).readPointer(),
+          fd: ctx.add(off(14)).readS32(),
           fdKind: fdTarget(ctx.add(off(14)).readS32()),
         });
       }
@@ -321,11 +324,13 @@
             ctx.add(off(3)).readPointer().equals(s.poll_cq) &&
             devSet.has(ctx.add(off(5)).readPointer().toString());
           if (!ok) continue;
-          // a context closed earlier can leave its bytes behind in freed memory: a live one
-          // still holds its command descriptor, open on the same kind of file
+          // a context closed earlier can leave its bytes behind in freed memory: a live one its command descriptor, open on the same kind of file
+          // still holds its command descriptor, open on the same kind of file as the
+          // throwaway's (a provider that uses none, like the throwaway, must use none either)
           const fd = ctx.add(off(14)).readS32();
-          if (fd < 0 || fdTarget(fd) === null || (s.fdKind !== null && fdTarget(fd) !== s.fdKind)) {
-            rejected.push({ ctx, why: 'command descriptor ' + fd + ' not open as ' + s.fdKind });
+          const kind = fd < 0 ? null : fdTarget(fd);
+          if (s.fd >= 0 ? (kind === null || kind !== s.fdKind) : fd >= 0) {
+            rejected.push({ ctx, why: 'command descriptor ' + fd + ' is not open as ' + s.fdKind });
             continue;
           }
           found.set(ctx.toString(), { ctx, fd });
@@ -378,6 +383,10 @@
   }
 
   function queryQp(qp) {
+    if (F.query_qp === null) {
+      api.cold(api.now(), { ev: 'qp_query', qp, qpn: qp.add(off(6)).readU32(), known: false, why: 'ibv_query_qp not exported' });
+      return false;
+    }
     const attr = Memory.alloc(rfn('st_verbs_sizeof', 'int', ['int'])(0));
     const init = Memory.alloc(rfn('st_verbs_sizeof', 'int', ['int'])(1));
     // IBV_QP_STATE | IBV_QP_AV | IBV_QP_PORT | IBV_QP_DEST_QPN | IBV_QP_CAP

@@ -70,6 +70,8 @@ void st_live_close(int state)
     h->end_tsc = c.tsc;
     h->end_mono_ns = c.mono_ns;
     h->end_real_ns = c.real_ns;
+    if (c.mono_ns > h->start_mono_ns && c.tsc > h->start_tsc)
+        h->tsc_hz = (double)(c.tsc - h->start_tsc) * 1e9 / (double)(c.mono_ns - h->start_mono_ns);
     h->state = (uint32_t)state;
     msync(h, ST_LIVE_FILE_SIZE, MS_ASYNC);
 }
