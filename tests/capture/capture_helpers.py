@@ -43,3 +43,20 @@ def sigmatrace(*args, **kw):
 def report(trace_dir) -> dict:
     res = sigmatrace("report", trace_dir, "--json", check=True)
     return json.loads(res.stdout)
+
+
+def start_cmd(args, env=None, **kw):
+    """Start a command in the background, in a new session (see wait_cmd)."""
+    return subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+                            start_new_session=True, **kw)
+
+
+def wait_cmd(p, timeout=120):
+    """(stdout, stderr, returncode) of a started command; kills its process group on timeout."""
+    try:
+        out, err = p.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(p.pid, signal.SIGKILL)
+        out, err = p.communicate()
+        raise AssertionError(f"timed out after {timeout}s: {p.args}\nstdout:{out[-3000:]}\nstderr:{err[-3000:]}")
+    return out, err, p.returncode
