@@ -71,9 +71,15 @@ def test_attach_detach_reattach(tmp_path, verbs_loop):
                            tmp_path / "one", timeout=120)
         assert first.returncode == 0, first.stderr
         time.sleep(0.3)
-        second = sigmatrace("attach", "-q", "--pid", pid, "--duration", "1", "--mode", "simple", "--out",
-                            tmp_path / "two", timeout=120)
-        assert second.returncode == 0, second.stderr
+        # the second one ends with Ctrl-C
+        second = start_cmd([*sigmatrace_cmd(), "attach", "-q", "--pid", str(pid), "--mode", "simple", "--out",
+                            str(tmp_path / "two")])
+        while not (tmp_path / "two" / f"p{pid}" / "meta.json").exists() and second.poll() is None:
+            time.sleep(0.05)
+        time.sleep(1.0)
+        second.send_signal(signal.SIGINT)
+        _, err2, rc2 = wait_cmd(second, timeout=60)
+        assert rc2 == 0, err2
         out, err, rc = wait_cmd(prog, timeout=120)
     finally:
         if prog.poll() is None:
@@ -106,7 +112,7 @@ def test_attach_detach_reattach(tmp_path, verbs_loop):
     posts = records_of(tmp_path / "two", fmt.RecType.POST_SEND)
     a2, b2 = contiguous_range(posts["extra"])
     assert a2 > b1 and b2 < iters and r2["calls"]["ibv_post_send"] == b2 - a2 + 1
-    assert r2["drops"] == 0
+    assert r2["drops"] == 0 and r2["status"] == "interrupted" and r1["status"] == "detached"
 
 
 def test_kill_controller(tmp_path, verbs_loop):
