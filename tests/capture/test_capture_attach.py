@@ -74,8 +74,9 @@ def test_attach_detach_reattach(tmp_path, verbs_loop):
         # the second one ends with Ctrl-C
         second = start_cmd([*sigmatrace_cmd(), "attach", "-q", "--pid", str(pid), "--mode", "simple", "--out",
                             str(tmp_path / "two")])
-        while not (tmp_path / "two" / f"p{pid}" / "meta.json").exists() and second.poll() is None:
-            time.sleep(0.05)
+        meta = tmp_path / "two" / f"p{pid}" / "meta.json"
+        while second.poll() is None and not (meta.exists() and "providers" in json.loads(meta.read_text())):
+            time.sleep(0.05)  # tracing has started once the agent reported its providers
         time.sleep(1.0)
         second.send_signal(signal.SIGINT)
         _, err2, rc2 = wait_cmd(second, timeout=60)
