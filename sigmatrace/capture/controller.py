@@ -187,6 +187,7 @@ class Controller:
             try:
                 child = subprocess.Popen(argv, env=env)
             except OSError as e:
+                self.session.finish("failed", warnings=self.warnings)
                 raise TargetError(f"cannot start {argv[0]}: {e.strerror}") from None
             status, root_seen = self._follow(child, duration)
             interrupted = status == "interrupted"

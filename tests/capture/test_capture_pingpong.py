@@ -9,16 +9,11 @@ import uuid
 
 import pytest
 
-from capture_helpers import report, run_cmd, sigmatrace, sigmatrace_cmd, start_cmd, wait_cmd
+from capture_helpers import simnic_env, report, run_cmd, sigmatrace, sigmatrace_cmd, start_cmd, wait_cmd
 
 PINGPONG = shutil.which("ibv_rc_pingpong")
 RX_DEPTH = 500  # ibv_rc_pingpong's default receive queue depth
 
-
-def simnic_env() -> dict:
-    from sigmatrace.simnic import environment
-
-    return {**os.environ, **environment(devices=1, fabric=f"cap-{uuid.uuid4().hex[:12]}")}
 
 
 def free_port() -> int:
