@@ -107,3 +107,30 @@ def test_rc_pingpong_under_one_shell(tmp_path):
     a, b = r["qps"]
     assert a["remote_qpn"] == b["qpn"] and b["remote_qpn"] == a["qpn"]
     assert a["remote_pid"] == b["pid"] and b["remote_pid"] == a["pid"] and a["pid"] != b["pid"]
+
+
+@pytest.mark.skipif(shutil.which("ibv_srq_pingpong") is None, reason="ibverbs-utils is not installed")
+def test_srq_pingpong_full(tmp_path):
+    """Receives through a shared receive queue (post_srq_recv), 16 QPs a side, full mode."""
+    env = simnic_env()
+    iters, port = 100, free_port()
+    args = [shutil.which("ibv_srq_pingpong"), "-n", str(iters), "-p", str(port)]
+    server = start_cmd([*sigmatrace_cmd(), "spawn", "-q", "--mode", "full", "--out", str(tmp_path / "s"), "--", *args],
+                       env=env)
+    time.sleep(1.0)
+    client = run_cmd([*sigmatrace_cmd(), "spawn", "-q", "--mode", "full", "--out", str(tmp_path / "c"), "--", *args,
+                      "localhost"], env=env, timeout=120)
+    s_out, s_err, s_rc = wait_cmd(server, timeout=60)
+    assert client.returncode == 0 and s_rc == 0, client.stderr + s_err
+    rs, rc = report(tmp_path / "s"), report(tmp_path / "c")
+    for mine, peer in ((rs, rc), (rc, rs)):
+        sends = mine["calls"]["ibv_post_send"]
+        assert sends >= iters and mine["ops"] == {"SEND": sends} and mine["records"]["SEND_WR"] == sends
+        # every send of this side completes here, every send of the peer arrives here
+        assert mine["completions"] == sends + peer["calls"]["ibv_post_send"] == mine["records"]["COMPLETION"]
+        # 500 receives posted to the SRQ at start; fewer than 484 arrive, so no refill
+        assert mine["calls"]["ibv_post_srq_recv"] == 500 == mine["records"]["POST_SRQ_RECV"] == mine["recv_wrs"]
+        assert "ibv_post_recv" not in mine["calls"] and mine["calls"]["ibv_create_srq"] == 1
+        assert len(mine["qps"]) == 16 and mine["drops"] == 0
+    peers = {q["qpn"]: q["remote_qpn"] for q in rc["qps"]}
+    assert all(peers[q["remote_qpn"]] == q["qpn"] for q in rs["qps"])
