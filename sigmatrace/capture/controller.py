@@ -106,6 +106,17 @@ class Controller:
         self.out = out
         return out
 
+    def _check_providers(self) -> None:
+        """Say so when a provider asked for by name cannot be installed here."""
+        if self.options.providers is None:
+            return
+        from .config import available_agent_providers, available_external_providers
+
+        present = set(available_agent_providers()) | set(available_external_providers())
+        for name in self.options.providers:
+            if name not in present:
+                self._warn(f"provider '{name}' is not part of this installation: it installs nothing")
+
     def _warn(self, text: str) -> None:
         self.warnings.append(text)
         self.ui.warning(text)
@@ -175,6 +186,7 @@ class Controller:
         providers = self.options.requested_providers()
         self.session = SessionMeta(out, "spawn", argv, self.options.mode.value, providers, self.options.doorbells)
         self.session.write()
+        self._check_providers()
         self._observers = load_observers(self.options, out)
         if not _is_dynamic(argv[0]):
             return self._spawn_static(argv, duration)
@@ -282,6 +294,7 @@ class Controller:
         providers = self.options.requested_providers()
         self.session = SessionMeta(out, "attach", pid, self.options.mode.value, providers, self.options.doorbells)
         self.session.write()
+        self._check_providers()
         self._observers = load_observers(self.options, out)
         with _DeferredInterrupt() as held:
             try:

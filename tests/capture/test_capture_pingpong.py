@@ -1,6 +1,7 @@
 """Debian's ibv_rc_pingpong (both sides) under `sigmatrace spawn` on the emulated NIC: exact
 counts of sends, receives and completions, sizes and QP pairing, in all three modes; and both
 sides under one `sigmatrace spawn` of a shell (children followed into one trace)."""
+import json
 import os
 import shutil
 import socket
@@ -134,3 +135,23 @@ def test_srq_pingpong_full(tmp_path):
         assert len(mine["qps"]) == 16 and mine["drops"] == 0
     peers = {q["qpn"]: q["remote_qpn"] for q in rc["qps"]}
     assert all(peers[q["remote_qpn"]] == q["qpn"] for q in rs["qps"])
+
+
+def test_omitted_provider_installs_nothing(tmp_path):
+    """--providers without verbs: the verbs provider is not even loaded; the ops slots stay the
+    provider's own, and the program runs as without tracing."""
+    env = simnic_env()
+    iters, port = 50, free_port()
+    server = start_cmd([PINGPONG, "-n", str(iters), "-p", str(port)], env=env)
+    time.sleep(0.5)
+    res = sigmatrace("spawn", "--providers", "cuda", "--out", tmp_path / "t", "--", PINGPONG, "-n", iters, "-p", port,
+                     "localhost", env=env, timeout=120)
+    wait_cmd(server, timeout=60)
+    assert res.returncode == 0 and f"{iters} iters in" in res.stdout
+    r = report(tmp_path / "t")
+    assert r["calls"] == {} and r["ops"] == {} and r["qps"] == []
+    assert r["coverage"]["hooks_installed"] is False and "verbs" not in r["providers"]
+    [meta] = (tmp_path / "t").glob("p*/meta.json")
+    meta = json.loads(meta.read_text())
+    assert meta["providers"] == {} and "hooks" not in meta  # no provider loaded, no hook reported
+    assert any(os.path.basename(lib["path"]) == "libibverbs.so.1" for lib in meta["libraries"])
