@@ -73,6 +73,33 @@ class _DeferredInterrupt:
         return False
 
 
+class _ForwardSignals:
+    """While a spawned program runs, SIGTERM and SIGHUP sent to sigmatrace go to the program, the
+    way a launcher (torchrun, mpirun) expects of what it started; tracing goes on until the
+    program ends."""
+
+    SIGNALS = (signal.SIGTERM, signal.SIGHUP)
+
+    def __init__(self, child: subprocess.Popen):
+        self.child = child
+        self._old: dict = {}
+
+    def __enter__(self):
+        if threading.current_thread() is threading.main_thread():
+            for sig in self.SIGNALS:
+                self._old[sig] = signal.signal(sig, self._forward)
+        return self
+
+    def _forward(self, signum, frame):
+        if self.child.poll() is None:
+            self.child.send_signal(signum)
+
+    def __exit__(self, *exc):
+        for sig, old in self._old.items():
+            signal.signal(sig, old)
+        return False
+
+
 class Controller:
     def __init__(self, options: CaptureOptions, ui: CaptureUI | None = None):
         self.options = options
@@ -201,7 +228,8 @@ class Controller:
             except OSError as e:
                 self.session.finish("failed", warnings=self.warnings)
                 raise TargetError(f"cannot start {argv[0]}: {e.strerror}") from None
-            status, root_seen = self._follow(child, duration)
+            with _ForwardSignals(child):
+                status, root_seen = self._follow(child, duration)
             interrupted = status == "interrupted"
             if interrupted:
                 self.ui.status("interrupted: stopping tracing (the program keeps running)")

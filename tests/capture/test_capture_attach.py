@@ -154,8 +154,15 @@ procs = []
 for rank in (0, 1):
     if rank:
         time.sleep(1)  # rank 0 (the pingpong server) listens first
-    procs.append(subprocess.Popen(cmd + (["localhost"] if rank else []), env=dict(os.environ, RANK=str(rank))))
-sys.exit(max(p.wait() for p in procs))
+    procs.append(subprocess.Popen(cmd + (["127.0.0.1"] if rank else []), env=dict(os.environ, RANK=str(rank))))
+# like torchrun: when one rank fails, stop the others
+while any(p.poll() is None for p in procs):
+    if any(p.poll() not in (None, 0) for p in procs):
+        for p in procs:
+            if p.poll() is None:
+                p.terminate()
+    time.sleep(0.1)
+sys.exit(max(p.returncode for p in procs))
 """
 
 

@@ -190,3 +190,23 @@ def test_meta_lists_libraries_with_build_ids(tmp_path):
     ctypes_ext = [p for p in libs if os.path.basename(p).startswith("_ctypes")]
     assert len(ctypes_ext) == 1  # loaded with dlopen while tracing: added as it came
     assert meta["argv"] == [sys.executable, "-c", "import ctypes"] and meta["attached"] is False
+
+
+def test_sigterm_reaches_the_program(tmp_path):
+    """A launcher stops a rank with SIGTERM to `sigmatrace spawn`: the program gets it, and
+    sigmatrace exits with the program's status (128 + 15)."""
+    p = subprocess.Popen([*sigmatrace_cmd(), "spawn", "-q", "--out", str(tmp_path / "t"), "--", "/bin/sleep", "30"],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        meta = tmp_path / "t"
+        deadline = time.time() + 30
+        while time.time() < deadline and not any(
+                "providers" in json.loads(m.read_text()) for m in meta.glob("p*/meta.json")):
+            time.sleep(0.05)
+        p.terminate()
+        out, err = p.communicate(timeout=30)
+    finally:
+        if p.poll() is None:
+            os.killpg(p.pid, 9)
+    assert p.returncode == 128 + 15, err
+    assert json.loads((tmp_path / "t" / "session.json").read_text())["exit_code"] == -15

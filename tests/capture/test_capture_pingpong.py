@@ -75,7 +75,7 @@ def test_rc_pingpong_both_sides(tmp_path, mode):
                         *pingpong_args(iters, size, port)], env=env)
     time.sleep(1.0)
     client = run_cmd([*sigmatrace_cmd(), "spawn", "-q", "--mode", mode, "--out", str(tmp_path / "client"), "--",
-                      *pingpong_args(iters, size, port), "localhost"], env=env, timeout=180)
+                      *pingpong_args(iters, size, port), "127.0.0.1"], env=env, timeout=180)
     s_out, s_err, s_rc = wait_cmd(server, timeout=60)
     assert client.returncode == 0, client.stderr
     assert s_rc == 0, s_err
@@ -96,7 +96,7 @@ def test_rc_pingpong_under_one_shell(tmp_path):
     env = simnic_env()
     iters, size, port = 300, 128, free_port()
     pp = " ".join(pingpong_args(iters, size, port))
-    script = f"{pp} > server.out & sleep 1; {pp} localhost > client.out; wait"
+    script = f"{pp} > server.out & sleep 1; {pp} 127.0.0.1 > client.out; wait"
     res = sigmatrace("spawn", "-q", "--mode", "full", "--out", tmp_path / "t", "--", "/bin/sh", "-c", script,
                      env=env, cwd=tmp_path, timeout=180)
     assert res.returncode == 0, res.stderr
@@ -120,7 +120,7 @@ def test_srq_pingpong_full(tmp_path):
                        env=env)
     time.sleep(1.0)
     client = run_cmd([*sigmatrace_cmd(), "spawn", "-q", "--mode", "full", "--out", str(tmp_path / "c"), "--", *args,
-                      "localhost"], env=env, timeout=120)
+                      "127.0.0.1"], env=env, timeout=120)
     s_out, s_err, s_rc = wait_cmd(server, timeout=60)
     assert client.returncode == 0 and s_rc == 0, client.stderr + s_err
     rs, rc = report(tmp_path / "s"), report(tmp_path / "c")
@@ -145,7 +145,7 @@ def test_omitted_provider_installs_nothing(tmp_path):
     server = start_cmd([PINGPONG, "-n", str(iters), "-p", str(port)], env=env)
     time.sleep(0.5)
     res = sigmatrace("spawn", "--providers", "cuda", "--out", tmp_path / "t", "--", PINGPONG, "-n", iters, "-p", port,
-                     "localhost", env=env, timeout=120)
+                     "127.0.0.1", env=env, timeout=120)
     wait_cmd(server, timeout=60)
     assert res.returncode == 0 and f"{iters} iters in" in res.stdout
     r = report(tmp_path / "t")
