@@ -208,5 +208,5 @@ def test_sigterm_reaches_the_program(tmp_path):
     finally:
         if p.poll() is None:
             os.killpg(p.pid, 9)
-    assert p.returncode == 128 + 15, err
+    assert p.returncode == 128 + 15, (err, (tmp_path / "t" / "session.json").read_text())
     assert json.loads((tmp_path / "t" / "session.json").read_text())["exit_code"] == -15
