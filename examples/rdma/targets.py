@@ -6,6 +6,8 @@ _CFLAGS = ["-Wno-unused-function", "-pthread"]
 TARGETS = [
     Target(out="bin/rdma_ops", sources=["examples/rdma/rdma_ops.c"], kind="exe",
            cflags=_CFLAGS, libs=["ibverbs"]),
+    Target(out="bin/rdma_stream", sources=["examples/rdma/rdma_stream.c"], kind="exe",
+           cflags=_CFLAGS, libs=["ibverbs"]),
     Target(out="bin/rdma_errors", sources=["examples/rdma/rdma_errors.c"], kind="exe",
            cflags=_CFLAGS, libs=["ibverbs"]),
 ]
