@@ -1,0 +1,13 @@
+# The CUDA driver test double: cudastub/libcuda.so.1 (SONAME libcuda.so.1), for machines
+# without a GPU.  Programs get it with LD_LIBRARY_PATH=<_lib>/cudastub (see
+# sigmatrace.simnic.environment(cuda_stub=True)); it exports `sigmatrace_cudastub`.
+TARGETS = [
+    Target(
+        out="cudastub/libcuda.so.1",
+        sources=["native/cudastub/cudastub.c"],
+        cflags=["-fvisibility=hidden", "-pthread"],
+        ldflags=["-pthread"],
+        soname="libcuda.so.1",
+        links=["libcuda.so"],
+    ),
+]
