@@ -6,7 +6,8 @@
  * pointer classification (cuPointerGetAttribute), cuMemHostRegister semantics (DEVICEMAP|
  * PORTABLE map ordinary memory, and the device pointer is the host address; IOMEMORY on
  * ordinary memory fails with CUDA_ERROR_INVALID_VALUE), contexts current per thread, errors
- * before cuInit, cuGetProcAddress with per-version names.  No kernel ever runs.
+ * before cuInit, cuGetProcAddress with per-version names that hands out the driver's internal
+ * entry points (not the exported symbols, as real drivers do).  No kernel ever runs.
  *
  * Signatures follow cuda.h (CUDA 13.0).  The file builds without CUDA headers; the test
  * tests/simnic/test_cudastub.py compiles it once more against the real cuda.h with
@@ -49,20 +50,18 @@ typedef struct CUctxCreateParams_st CUctxCreateParams;
 
 #define EXPORT __attribute__((visibility("default")))
 
-enum {
-	OK = 0,
-	E_INVALID_VALUE = 1,
-	E_OUT_OF_MEMORY = 2,
-	E_NOT_INITIALIZED = 3,
-	E_NO_DEVICE = 100,
-	E_INVALID_DEVICE = 101,
-	E_INVALID_CONTEXT = 201,
-	E_INVALID_HANDLE = 400,
-	E_NOT_FOUND = 500,
-	E_HOST_MEMORY_ALREADY_REGISTERED = 712,
-	E_HOST_MEMORY_NOT_REGISTERED = 713,
-	E_NOT_SUPPORTED = 801,
-};
+#define OK 0
+#define E_INVALID_VALUE 1
+#define E_OUT_OF_MEMORY 2
+#define E_NOT_INITIALIZED 3
+#define E_NO_DEVICE 100
+#define E_INVALID_DEVICE 101
+#define E_INVALID_CONTEXT 201
+#define E_INVALID_HANDLE 400
+#define E_NOT_FOUND 500
+#define E_HOST_MEMORY_ALREADY_REGISTERED 712
+#define E_HOST_MEMORY_NOT_REGISTERED 713
+#define E_NOT_SUPPORTED 801
 
 /* The marker by which tests and tools tell this double from the real driver. */
 EXPORT const char sigmatrace_cudastub[] = "sigmatrace cudastub 1 (host memory stands in for device memory)";
@@ -203,7 +202,7 @@ static int device_span_ok(CUdeviceptr p, size_t n)
 
 /* ---- initialization, version, devices ------------------------------------------------------- */
 
-EXPORT CUresult CUDAAPI cuInit(unsigned int Flags)
+static CUresult impl_cuInit(unsigned int Flags)
 {
 	const char *env = getenv("CUDASTUB_DEVICES");
 	int n = env ? atoi(env) : 1;
@@ -226,7 +225,7 @@ EXPORT CUresult CUDAAPI cuInit(unsigned int Flags)
 	return OK;
 }
 
-EXPORT CUresult CUDAAPI cuDriverGetVersion(int *driverVersion)
+static CUresult impl_cuDriverGetVersion(int *driverVersion)
 {
 	if (!driverVersion)
 		return E_INVALID_VALUE;
@@ -234,7 +233,7 @@ EXPORT CUresult CUDAAPI cuDriverGetVersion(int *driverVersion)
 	return OK;
 }
 
-EXPORT CUresult CUDAAPI cuDeviceGetCount(int *count)
+static CUresult impl_cuDeviceGetCount(int *count)
 {
 	REQUIRE_INIT();
 	if (!count)
@@ -243,7 +242,7 @@ EXPORT CUresult CUDAAPI cuDeviceGetCount(int *count)
 	return OK;
 }
 
-EXPORT CUresult CUDAAPI cuDeviceGet(CUdevice *device, int ordinal)
+static CUresult impl_cuDeviceGet(CUdevice *device, int ordinal)
 {
 	REQUIRE_INIT();
 	if (!device)
@@ -261,7 +260,7 @@ EXPORT CUresult CUDAAPI cuDeviceGet(CUdevice *device, int ordinal)
 			return E_INVALID_DEVICE;                                             \
 	} while (0)
 
-EXPORT CUresult CUDAAPI cuDeviceGetName(char *name, int len, CUdevice dev)
+static CUresult impl_cuDeviceGetName(char *name, int len, CUdevice dev)
 {
 	CHECK_DEV(dev);
 	if (!name || len <= 0)
@@ -270,7 +269,7 @@ EXPORT CUresult CUDAAPI cuDeviceGetName(char *name, int len, CUdevice dev)
 	return OK;
 }
 
-EXPORT CUresult CUDAAPI cuDeviceTotalMem_v2(size_t *bytes, CUdevice dev)
+static CUresult impl_cuDeviceTotalMem_v2(size_t *bytes, CUdevice dev)
 {
 	CHECK_DEV(dev);
 	if (!bytes)
@@ -279,7 +278,7 @@ EXPORT CUresult CUDAAPI cuDeviceTotalMem_v2(size_t *bytes, CUdevice dev)
 	return OK;
 }
 
-EXPORT CUresult CUDAAPI cuDeviceGetPCIBusId(char *pciBusId, int len, CUdevice dev)
+static CUresult impl_cuDeviceGetPCIBusId(char *pciBusId, int len, CUdevice dev)
 {
 	CHECK_DEV(dev);
 	if (!pciBusId || len <= 0)
@@ -290,7 +289,7 @@ EXPORT CUresult CUDAAPI cuDeviceGetPCIBusId(char *pciBusId, int len, CUdevice de
 
 /* The attributes programs commonly ask about, with an H200's values; other valid ones
  * read 0. */
-EXPORT CUresult CUDAAPI cuDeviceGetAttribute(int *pi, CUdevice_attribute attrib, CUdevice dev)
+static CUresult impl_cuDeviceGetAttribute(int *pi, CUdevice_attribute attrib, CUdevice dev)
 {
 	CHECK_DEV(dev);
 	if (!pi || attrib < 1 || attrib > 150)
@@ -321,7 +320,7 @@ EXPORT CUresult CUDAAPI cuDeviceGetAttribute(int *pi, CUdevice_attribute attrib,
 
 /* ---- contexts ---------------------------------------------------------------------------------- */
 
-EXPORT CUresult CUDAAPI cuDevicePrimaryCtxRetain(CUcontext *pctx, CUdevice dev)
+static CUresult impl_cuDevicePrimaryCtxRetain(CUcontext *pctx, CUdevice dev)
 {
 	CHECK_DEV(dev);
 	if (!pctx)
@@ -334,7 +333,7 @@ EXPORT CUresult CUDAAPI cuDevicePrimaryCtxRetain(CUcontext *pctx, CUdevice dev)
 }
 
 /* The primary context's object outlives its last release (its allocations stay too). */
-EXPORT CUresult CUDAAPI cuDevicePrimaryCtxRelease_v2(CUdevice dev)
+static CUresult impl_cuDevicePrimaryCtxRelease_v2(CUdevice dev)
 {
 	CUresult rc = OK;
 
@@ -348,12 +347,12 @@ EXPORT CUresult CUDAAPI cuDevicePrimaryCtxRelease_v2(CUdevice dev)
 	return rc;
 }
 
-EXPORT CUresult CUDAAPI cuDevicePrimaryCtxRelease(CUdevice dev)
+static CUresult impl_cuDevicePrimaryCtxRelease(CUdevice dev)
 {
-	return cuDevicePrimaryCtxRelease_v2(dev);
+	return impl_cuDevicePrimaryCtxRelease_v2(dev);
 }
 
-EXPORT CUresult CUDAAPI cuDevicePrimaryCtxGetState(CUdevice dev, unsigned int *flags, int *active)
+static CUresult impl_cuDevicePrimaryCtxGetState(CUdevice dev, unsigned int *flags, int *active)
 {
 	CHECK_DEV(dev);
 	if (!flags || !active)
@@ -365,7 +364,7 @@ EXPORT CUresult CUDAAPI cuDevicePrimaryCtxGetState(CUdevice dev, unsigned int *f
 	return OK;
 }
 
-EXPORT CUresult CUDAAPI cuDevicePrimaryCtxSetFlags_v2(CUdevice dev, unsigned int flags)
+static CUresult impl_cuDevicePrimaryCtxSetFlags_v2(CUdevice dev, unsigned int flags)
 {
 	CHECK_DEV(dev);
 	if (flags > 0x1ff)
@@ -397,26 +396,26 @@ static CUresult ctx_create(CUcontext *pctx, unsigned flags, CUdevice dev)
 	return OK;
 }
 
-EXPORT CUresult CUDAAPI cuCtxCreate_v2(CUcontext *pctx, unsigned int flags, CUdevice dev)
+static CUresult impl_cuCtxCreate_v2(CUcontext *pctx, unsigned int flags, CUdevice dev)
 {
 	return ctx_create(pctx, flags, dev);
 }
 
-EXPORT CUresult CUDAAPI cuCtxCreate(CUcontext *pctx, unsigned int flags, CUdevice dev)
+static CUresult impl_cuCtxCreate(CUcontext *pctx, unsigned int flags, CUdevice dev)
 {
 	return ctx_create(pctx, flags, dev);
 }
 
-EXPORT CUresult CUDAAPI cuCtxCreate_v3(CUcontext *pctx, CUexecAffinityParam *paramsArray,
-				       int numParams, unsigned int flags, CUdevice dev)
+static CUresult impl_cuCtxCreate_v3(CUcontext *pctx, CUexecAffinityParam *paramsArray,
+				      int numParams, unsigned int flags, CUdevice dev)
 {
 	if (numParams > 0)
 		return E_NOT_SUPPORTED;
 	return ctx_create(pctx, flags, dev);
 }
 
-EXPORT CUresult CUDAAPI cuCtxCreate_v4(CUcontext *pctx, CUctxCreateParams *ctxCreateParams,
-				       unsigned int flags, CUdevice dev)
+static CUresult impl_cuCtxCreate_v4(CUcontext *pctx, CUctxCreateParams *ctxCreateParams,
+				      unsigned int flags, CUdevice dev)
 {
 	if (ctxCreateParams) {
 		/* execution affinity and CIG are not emulated */
@@ -432,7 +431,7 @@ EXPORT CUresult CUDAAPI cuCtxCreate_v4(CUcontext *pctx, CUctxCreateParams *ctxCr
 	return ctx_create(pctx, flags, dev);
 }
 
-EXPORT CUresult CUDAAPI cuCtxDestroy_v2(CUcontext ctx)
+static CUresult impl_cuCtxDestroy_v2(CUcontext ctx)
 {
 	REQUIRE_INIT();
 	if (!valid_ctx(ctx) || ctx->primary)
@@ -459,12 +458,12 @@ EXPORT CUresult CUDAAPI cuCtxDestroy_v2(CUcontext ctx)
 	return OK;
 }
 
-EXPORT CUresult CUDAAPI cuCtxDestroy(CUcontext ctx)
+static CUresult impl_cuCtxDestroy(CUcontext ctx)
 {
-	return cuCtxDestroy_v2(ctx);
+	return impl_cuCtxDestroy_v2(ctx);
 }
 
-EXPORT CUresult CUDAAPI cuCtxSetCurrent(CUcontext ctx)
+static CUresult impl_cuCtxSetCurrent(CUcontext ctx)
 {
 	REQUIRE_INIT();
 	if (ctx && !valid_ctx(ctx))
@@ -481,7 +480,7 @@ EXPORT CUresult CUDAAPI cuCtxSetCurrent(CUcontext ctx)
 	return OK;
 }
 
-EXPORT CUresult CUDAAPI cuCtxGetCurrent(CUcontext *pctx)
+static CUresult impl_cuCtxGetCurrent(CUcontext *pctx)
 {
 	REQUIRE_INIT();
 	if (!pctx)
@@ -490,7 +489,7 @@ EXPORT CUresult CUDAAPI cuCtxGetCurrent(CUcontext *pctx)
 	return OK;
 }
 
-EXPORT CUresult CUDAAPI cuCtxPushCurrent_v2(CUcontext ctx)
+static CUresult impl_cuCtxPushCurrent_v2(CUcontext ctx)
 {
 	REQUIRE_INIT();
 	if (!valid_ctx(ctx))
@@ -501,7 +500,7 @@ EXPORT CUresult CUDAAPI cuCtxPushCurrent_v2(CUcontext ctx)
 	return OK;
 }
 
-EXPORT CUresult CUDAAPI cuCtxPopCurrent_v2(CUcontext *pctx)
+static CUresult impl_cuCtxPopCurrent_v2(CUcontext *pctx)
 {
 	REQUIRE_INIT();
 	if (!t_depth)
@@ -512,7 +511,7 @@ EXPORT CUresult CUDAAPI cuCtxPopCurrent_v2(CUcontext *pctx)
 	return OK;
 }
 
-EXPORT CUresult CUDAAPI cuCtxGetDevice(CUdevice *device)
+static CUresult impl_cuCtxGetDevice(CUdevice *device)
 {
 	REQUIRE_CTX();
 	if (!device)
@@ -521,7 +520,7 @@ EXPORT CUresult CUDAAPI cuCtxGetDevice(CUdevice *device)
 	return OK;
 }
 
-EXPORT CUresult CUDAAPI cuCtxSynchronize(void)
+static CUresult impl_cuCtxSynchronize(void)
 {
 	REQUIRE_CTX();
 	return OK;	/* nothing is ever in flight */
@@ -541,7 +540,7 @@ static CUresult map_alloc(void **p, size_t size)
 	return OK;
 }
 
-EXPORT CUresult CUDAAPI cuMemAlloc_v2(CUdeviceptr *dptr, size_t bytesize)
+static CUresult impl_cuMemAlloc_v2(CUdeviceptr *dptr, size_t bytesize)
 {
 	void *m;
 	CUresult rc;
@@ -562,7 +561,7 @@ EXPORT CUresult CUDAAPI cuMemAlloc_v2(CUdeviceptr *dptr, size_t bytesize)
 	return OK;
 }
 
-EXPORT CUresult CUDAAPI cuMemFree_v2(CUdeviceptr dptr)
+static CUresult impl_cuMemFree_v2(CUdeviceptr dptr)
 {
 	struct range *r;
 
@@ -581,7 +580,7 @@ EXPORT CUresult CUDAAPI cuMemFree_v2(CUdeviceptr dptr)
 	return OK;
 }
 
-EXPORT CUresult CUDAAPI cuMemGetInfo_v2(size_t *free_bytes, size_t *total)
+static CUresult impl_cuMemGetInfo_v2(size_t *free_bytes, size_t *total)
 {
 	REQUIRE_CTX();
 	if (!free_bytes || !total)
@@ -591,7 +590,7 @@ EXPORT CUresult CUDAAPI cuMemGetInfo_v2(size_t *free_bytes, size_t *total)
 	return OK;
 }
 
-EXPORT CUresult CUDAAPI cuMemGetAddressRange_v2(CUdeviceptr *pbase, size_t *psize, CUdeviceptr dptr)
+static CUresult impl_cuMemGetAddressRange_v2(CUdeviceptr *pbase, size_t *psize, CUdeviceptr dptr)
 {
 	struct range *r;
 
@@ -610,7 +609,7 @@ EXPORT CUresult CUDAAPI cuMemGetAddressRange_v2(CUdeviceptr *pbase, size_t *psiz
 	return OK;
 }
 
-EXPORT CUresult CUDAAPI cuMemHostAlloc(void **pp, size_t bytesize, unsigned int Flags)
+static CUresult impl_cuMemHostAlloc(void **pp, size_t bytesize, unsigned int Flags)
 {
 	void *m;
 	CUresult rc;
@@ -627,12 +626,12 @@ EXPORT CUresult CUDAAPI cuMemHostAlloc(void **pp, size_t bytesize, unsigned int 
 	return OK;
 }
 
-EXPORT CUresult CUDAAPI cuMemAllocHost_v2(void **pp, size_t bytesize)
+static CUresult impl_cuMemAllocHost_v2(void **pp, size_t bytesize)
 {
-	return cuMemHostAlloc(pp, bytesize, 0);
+	return impl_cuMemHostAlloc(pp, bytesize, 0);
 }
 
-EXPORT CUresult CUDAAPI cuMemFreeHost(void *p)
+static CUresult impl_cuMemFreeHost(void *p)
 {
 	struct range *r;
 
@@ -657,7 +656,7 @@ EXPORT CUresult CUDAAPI cuMemFreeHost(void *p)
 /* All memory here is ordinary memory; the driver accepts IOMEMORY only for I/O memory (a
  * device BAR mapped by its driver) and answers CUDA_ERROR_INVALID_VALUE otherwise, which is
  * what a program registering the emulated NIC's UAR page (shared memory) gets on an H200. */
-EXPORT CUresult CUDAAPI cuMemHostRegister_v2(void *p, size_t bytesize, unsigned int Flags)
+static CUresult impl_cuMemHostRegister_v2(void *p, size_t bytesize, unsigned int Flags)
 {
 	struct range *r;
 	uintptr_t lo, hi;
@@ -685,12 +684,12 @@ EXPORT CUresult CUDAAPI cuMemHostRegister_v2(void *p, size_t bytesize, unsigned 
 	return r ? OK : E_OUT_OF_MEMORY;
 }
 
-EXPORT CUresult CUDAAPI cuMemHostRegister(void *p, size_t bytesize, unsigned int Flags)
+static CUresult impl_cuMemHostRegister(void *p, size_t bytesize, unsigned int Flags)
 {
-	return cuMemHostRegister_v2(p, bytesize, Flags);
+	return impl_cuMemHostRegister_v2(p, bytesize, Flags);
 }
 
-EXPORT CUresult CUDAAPI cuMemHostUnregister(void *p)
+static CUresult impl_cuMemHostUnregister(void *p)
 {
 	struct range *r;
 
@@ -705,7 +704,7 @@ EXPORT CUresult CUDAAPI cuMemHostUnregister(void *p)
 
 /* With unified addressing and CAN_USE_HOST_POINTER_FOR_REGISTERED_MEM (an H200 on x86-64),
  * the device pointer of mapped host memory is its host address. */
-EXPORT CUresult CUDAAPI cuMemHostGetDevicePointer_v2(CUdeviceptr *pdptr, void *p, unsigned int Flags)
+static CUresult impl_cuMemHostGetDevicePointer_v2(CUdeviceptr *pdptr, void *p, unsigned int Flags)
 {
 	struct range *r;
 
@@ -721,6 +720,38 @@ EXPORT CUresult CUDAAPI cuMemHostGetDevicePointer_v2(CUdeviceptr *pdptr, void *p
 	pthread_mutex_unlock(&g_lock);
 	*pdptr = (CUdeviceptr)(uintptr_t)p;
 	return OK;
+}
+
+/* The CUDA 3.0 form with a 32-bit device pointer: only addresses below 4 GiB fit. */
+static CUresult impl_cuMemHostGetDevicePointer(unsigned int *pdptr, void *p, unsigned int Flags)
+{
+	CUdeviceptr d;
+	CUresult rc;
+
+	if (!pdptr)
+		return E_INVALID_VALUE;
+	rc = impl_cuMemHostGetDevicePointer_v2(&d, p, Flags);
+	if (rc)
+		return rc;
+	if (d >> 32)
+		return E_INVALID_VALUE;
+	*pdptr = (unsigned int)d;
+	return OK;
+}
+
+static CUresult impl_cuMemHostGetFlags(unsigned int *pFlags, void *p)
+{
+	struct range *r;
+
+	REQUIRE_CTX();
+	if (!pFlags)
+		return E_INVALID_VALUE;
+	pthread_mutex_lock(&g_lock);
+	r = find_range((uintptr_t)p);
+	if (r && r->kind == R_HOST_ALLOC)
+		*pFlags = r->flags;
+	pthread_mutex_unlock(&g_lock);
+	return r && r->kind == R_HOST_ALLOC ? OK : E_INVALID_VALUE;
 }
 
 /* ---- pointer attributes -------------------------------------------------------------------------- */
@@ -811,7 +842,7 @@ static CUresult attr_of(const struct range *r, void *data, CUpointer_attribute a
 	return OK;
 }
 
-EXPORT CUresult CUDAAPI cuPointerGetAttribute(void *data, CUpointer_attribute attribute, CUdeviceptr ptr)
+static CUresult impl_cuPointerGetAttribute(void *data, CUpointer_attribute attribute, CUdeviceptr ptr)
 {
 	struct range *r;
 	CUresult rc;
@@ -830,8 +861,8 @@ EXPORT CUresult CUDAAPI cuPointerGetAttribute(void *data, CUpointer_attribute at
 
 /* Unlike cuPointerGetAttribute, a pointer the driver does not know gives default values
  * (zero; DEVICE_ORDINAL -2) and CUDA_SUCCESS. */
-EXPORT CUresult CUDAAPI cuPointerGetAttributes(unsigned int numAttributes, CUpointer_attribute *attributes,
-					       void **data, CUdeviceptr ptr)
+static CUresult impl_cuPointerGetAttributes(unsigned int numAttributes, CUpointer_attribute *attributes,
+		void **data, CUdeviceptr ptr)
 {
 	static const unsigned char size_of[22] = {
 		[PA_CONTEXT] = sizeof(void *), [PA_MEMORY_TYPE] = 4, [PA_DEVICE_POINTER] = 8,
@@ -924,44 +955,44 @@ static CUresult dtod(CUdeviceptr dst, CUdeviceptr src, size_t n)
 	return OK;
 }
 
-EXPORT CUresult CUDAAPI cuMemcpyHtoD_v2(CUdeviceptr dstDevice, const void *srcHost, size_t ByteCount)
+static CUresult impl_cuMemcpyHtoD_v2(CUdeviceptr dstDevice, const void *srcHost, size_t ByteCount)
 {
 	STAT(S_HTOD);
 	return htod(dstDevice, srcHost, ByteCount);
 }
 
-EXPORT CUresult CUDAAPI cuMemcpyDtoH_v2(void *dstHost, CUdeviceptr srcDevice, size_t ByteCount)
+static CUresult impl_cuMemcpyDtoH_v2(void *dstHost, CUdeviceptr srcDevice, size_t ByteCount)
 {
 	STAT(S_DTOH);
 	return dtoh(dstHost, srcDevice, ByteCount);
 }
 
-EXPORT CUresult CUDAAPI cuMemcpyDtoD_v2(CUdeviceptr dstDevice, CUdeviceptr srcDevice, size_t ByteCount)
+static CUresult impl_cuMemcpyDtoD_v2(CUdeviceptr dstDevice, CUdeviceptr srcDevice, size_t ByteCount)
 {
 	STAT(S_DTOD);
 	return dtod(dstDevice, srcDevice, ByteCount);
 }
 
-EXPORT CUresult CUDAAPI cuMemcpyHtoD_v2_ptds(CUdeviceptr dstDevice, const void *srcHost, size_t ByteCount)
+static CUresult impl_cuMemcpyHtoD_v2_ptds(CUdeviceptr dstDevice, const void *srcHost, size_t ByteCount)
 {
 	STAT(S_HTOD);
 	return htod(dstDevice, srcHost, ByteCount);
 }
 
-EXPORT CUresult CUDAAPI cuMemcpyDtoH_v2_ptds(void *dstHost, CUdeviceptr srcDevice, size_t ByteCount)
+static CUresult impl_cuMemcpyDtoH_v2_ptds(void *dstHost, CUdeviceptr srcDevice, size_t ByteCount)
 {
 	STAT(S_DTOH);
 	return dtoh(dstHost, srcDevice, ByteCount);
 }
 
-EXPORT CUresult CUDAAPI cuMemcpyDtoD_v2_ptds(CUdeviceptr dstDevice, CUdeviceptr srcDevice, size_t ByteCount)
+static CUresult impl_cuMemcpyDtoD_v2_ptds(CUdeviceptr dstDevice, CUdeviceptr srcDevice, size_t ByteCount)
 {
 	STAT(S_DTOD);
 	return dtod(dstDevice, srcDevice, ByteCount);
 }
 
-EXPORT CUresult CUDAAPI cuMemcpyHtoDAsync_v2(CUdeviceptr dstDevice, const void *srcHost, size_t ByteCount,
-					     CUstream hStream)
+static CUresult impl_cuMemcpyHtoDAsync_v2(CUdeviceptr dstDevice, const void *srcHost, size_t ByteCount,
+		CUstream hStream)
 {
 	STAT(S_HTOD_ASYNC);
 	if (!valid_stream(hStream))
@@ -969,8 +1000,8 @@ EXPORT CUresult CUDAAPI cuMemcpyHtoDAsync_v2(CUdeviceptr dstDevice, const void *
 	return htod(dstDevice, srcHost, ByteCount);
 }
 
-EXPORT CUresult CUDAAPI cuMemcpyDtoHAsync_v2(void *dstHost, CUdeviceptr srcDevice, size_t ByteCount,
-					     CUstream hStream)
+static CUresult impl_cuMemcpyDtoHAsync_v2(void *dstHost, CUdeviceptr srcDevice, size_t ByteCount,
+		CUstream hStream)
 {
 	STAT(S_DTOH_ASYNC);
 	if (!valid_stream(hStream))
@@ -978,8 +1009,8 @@ EXPORT CUresult CUDAAPI cuMemcpyDtoHAsync_v2(void *dstHost, CUdeviceptr srcDevic
 	return dtoh(dstHost, srcDevice, ByteCount);
 }
 
-EXPORT CUresult CUDAAPI cuMemcpyDtoDAsync_v2(CUdeviceptr dstDevice, CUdeviceptr srcDevice, size_t ByteCount,
-					     CUstream hStream)
+static CUresult impl_cuMemcpyDtoDAsync_v2(CUdeviceptr dstDevice, CUdeviceptr srcDevice, size_t ByteCount,
+		CUstream hStream)
 {
 	STAT(S_DTOD_ASYNC);
 	if (!valid_stream(hStream))
@@ -987,25 +1018,25 @@ EXPORT CUresult CUDAAPI cuMemcpyDtoDAsync_v2(CUdeviceptr dstDevice, CUdeviceptr 
 	return dtod(dstDevice, srcDevice, ByteCount);
 }
 
-EXPORT CUresult CUDAAPI cuMemcpyHtoDAsync_v2_ptsz(CUdeviceptr dstDevice, const void *srcHost,
-						  size_t ByteCount, CUstream hStream)
+static CUresult impl_cuMemcpyHtoDAsync_v2_ptsz(CUdeviceptr dstDevice, const void *srcHost,
+		size_t ByteCount, CUstream hStream)
 {
-	return cuMemcpyHtoDAsync_v2(dstDevice, srcHost, ByteCount, hStream);
+	return impl_cuMemcpyHtoDAsync_v2(dstDevice, srcHost, ByteCount, hStream);
 }
 
-EXPORT CUresult CUDAAPI cuMemcpyDtoHAsync_v2_ptsz(void *dstHost, CUdeviceptr srcDevice, size_t ByteCount,
-						  CUstream hStream)
+static CUresult impl_cuMemcpyDtoHAsync_v2_ptsz(void *dstHost, CUdeviceptr srcDevice, size_t ByteCount,
+		CUstream hStream)
 {
-	return cuMemcpyDtoHAsync_v2(dstHost, srcDevice, ByteCount, hStream);
+	return impl_cuMemcpyDtoHAsync_v2(dstHost, srcDevice, ByteCount, hStream);
 }
 
-EXPORT CUresult CUDAAPI cuMemcpyDtoDAsync_v2_ptsz(CUdeviceptr dstDevice, CUdeviceptr srcDevice,
-						  size_t ByteCount, CUstream hStream)
+static CUresult impl_cuMemcpyDtoDAsync_v2_ptsz(CUdeviceptr dstDevice, CUdeviceptr srcDevice,
+		size_t ByteCount, CUstream hStream)
 {
-	return cuMemcpyDtoDAsync_v2(dstDevice, srcDevice, ByteCount, hStream);
+	return impl_cuMemcpyDtoDAsync_v2(dstDevice, srcDevice, ByteCount, hStream);
 }
 
-EXPORT CUresult CUDAAPI cuMemsetD8_v2(CUdeviceptr dstDevice, unsigned char uc, size_t N)
+static CUresult impl_cuMemsetD8_v2(CUdeviceptr dstDevice, unsigned char uc, size_t N)
 {
 	REQUIRE_CTX();
 	if (!N)
@@ -1016,12 +1047,12 @@ EXPORT CUresult CUDAAPI cuMemsetD8_v2(CUdeviceptr dstDevice, unsigned char uc, s
 	return OK;
 }
 
-EXPORT CUresult CUDAAPI cuMemsetD8_v2_ptds(CUdeviceptr dstDevice, unsigned char uc, size_t N)
+static CUresult impl_cuMemsetD8_v2_ptds(CUdeviceptr dstDevice, unsigned char uc, size_t N)
 {
-	return cuMemsetD8_v2(dstDevice, uc, N);
+	return impl_cuMemsetD8_v2(dstDevice, uc, N);
 }
 
-EXPORT CUresult CUDAAPI cuMemsetD32_v2(CUdeviceptr dstDevice, unsigned int ui, size_t N)
+static CUresult impl_cuMemsetD32_v2(CUdeviceptr dstDevice, unsigned int ui, size_t N)
 {
 	REQUIRE_CTX();
 	if (!N)
@@ -1033,12 +1064,12 @@ EXPORT CUresult CUDAAPI cuMemsetD32_v2(CUdeviceptr dstDevice, unsigned int ui, s
 	return OK;
 }
 
-EXPORT CUresult CUDAAPI cuMemsetD32_v2_ptds(CUdeviceptr dstDevice, unsigned int ui, size_t N)
+static CUresult impl_cuMemsetD32_v2_ptds(CUdeviceptr dstDevice, unsigned int ui, size_t N)
 {
-	return cuMemsetD32_v2(dstDevice, ui, N);
+	return impl_cuMemsetD32_v2(dstDevice, ui, N);
 }
 
-EXPORT CUresult CUDAAPI cuStreamCreate(CUstream *phStream, unsigned int Flags)
+static CUresult impl_cuStreamCreate(CUstream *phStream, unsigned int Flags)
 {
 	CUstream s;
 
@@ -1055,30 +1086,30 @@ EXPORT CUresult CUDAAPI cuStreamCreate(CUstream *phStream, unsigned int Flags)
 	return OK;
 }
 
-EXPORT CUresult CUDAAPI cuStreamSynchronize(CUstream hStream)
+static CUresult impl_cuStreamSynchronize(CUstream hStream)
 {
 	STAT(S_STREAM_SYNC);
 	REQUIRE_CTX();
 	return valid_stream(hStream) ? OK : E_INVALID_HANDLE;
 }
 
-EXPORT CUresult CUDAAPI cuStreamSynchronize_ptsz(CUstream hStream)
+static CUresult impl_cuStreamSynchronize_ptsz(CUstream hStream)
 {
-	return cuStreamSynchronize(hStream);
+	return impl_cuStreamSynchronize(hStream);
 }
 
-EXPORT CUresult CUDAAPI cuStreamQuery(CUstream hStream)
+static CUresult impl_cuStreamQuery(CUstream hStream)
 {
 	REQUIRE_CTX();
 	return valid_stream(hStream) ? OK : E_INVALID_HANDLE;
 }
 
-EXPORT CUresult CUDAAPI cuStreamQuery_ptsz(CUstream hStream)
+static CUresult impl_cuStreamQuery_ptsz(CUstream hStream)
 {
-	return cuStreamQuery(hStream);
+	return impl_cuStreamQuery(hStream);
 }
 
-EXPORT CUresult CUDAAPI cuStreamDestroy_v2(CUstream hStream)
+static CUresult impl_cuStreamDestroy_v2(CUstream hStream)
 {
 	REQUIRE_INIT();
 	if (!hStream || hStream == CU_STREAM_LEGACY || hStream == CU_STREAM_PER_THREAD ||
@@ -1089,9 +1120,9 @@ EXPORT CUresult CUDAAPI cuStreamDestroy_v2(CUstream hStream)
 	return OK;
 }
 
-EXPORT CUresult CUDAAPI cuStreamDestroy(CUstream hStream)
+static CUresult impl_cuStreamDestroy(CUstream hStream)
 {
-	return cuStreamDestroy_v2(hStream);
+	return impl_cuStreamDestroy_v2(hStream);
 }
 
 /* ---- errors ------------------------------------------------------------------------------------ */
@@ -1104,7 +1135,7 @@ static const struct cs_error *error_of(CUresult e)
 	return NULL;
 }
 
-EXPORT CUresult CUDAAPI cuGetErrorString(CUresult error, const char **pStr)
+static CUresult impl_cuGetErrorString(CUresult error, const char **pStr)
 {
 	const struct cs_error *e = error_of(error);
 
@@ -1114,7 +1145,7 @@ EXPORT CUresult CUDAAPI cuGetErrorString(CUresult error, const char **pStr)
 	return e ? OK : E_INVALID_VALUE;
 }
 
-EXPORT CUresult CUDAAPI cuGetErrorName(CUresult error, const char **pStr)
+static CUresult impl_cuGetErrorName(CUresult error, const char **pStr)
 {
 	const struct cs_error *e = error_of(error);
 
@@ -1126,114 +1157,451 @@ EXPORT CUresult CUDAAPI cuGetErrorName(CUresult error, const char **pStr)
 
 /* ---- cuGetProcAddress ------------------------------------------------------------------------- */
 
-/* Base name -> implementation, as the driver's table does it: a versioned implementation
- * from the CUDA version that introduced it on, the per-thread-stream flavour with
- * CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM.  `since` is that version, `legacy` the
- * implementation before it (NULL: none here). */
+/* As in the real driver, cuGetProcAddress hands out internal entry points, not the exported
+ * symbols: a tool that hooks exports must also handle what it returns.  Rows map a base name
+ * to the implementation of the ABI that a CUDA version asks for; the first row whose `since`
+ * the requested version reaches wins, and `ptds` is the per-thread-default-stream flavour
+ * (CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM). */
+static CUresult impl_cuGetProcAddress_v2(const char *symbol, void **pfn, int cudaVersion, cuuint64_t flags,
+		CUdriverProcAddressQueryResult *symbolStatus);
+static CUresult impl_cuGetProcAddress(const char *symbol, void **pfn, int cudaVersion, cuuint64_t flags);
+
 struct proc {
 	const char *name;
-	void *fn;
 	int since;
-	void *legacy;
+	void *fn;
 	void *ptds;
 };
 
-#define P(n) {#n, (void *)n, 0, NULL, NULL}
-#define PV(n, v, since, old) {#n, (void *)v, since, (void *)old, NULL}
-#define PS(n, v, since, ptds) {#n, (void *)v, since, NULL, (void *)ptds}
-
-EXPORT CUresult CUDAAPI cuGetProcAddress_v2(const char *symbol, void **pfn, int cudaVersion, cuuint64_t flags,
-					    CUdriverProcAddressQueryResult *symbolStatus);
-EXPORT CUresult CUDAAPI cuGetProcAddress(const char *symbol, void **pfn, int cudaVersion, cuuint64_t flags);
+#define R(name, since, impl) {name, since, (void *)impl_##impl, NULL}
+#define RS(name, since, impl, ptds) {name, since, (void *)impl_##impl, (void *)impl_##ptds}
 
 static const struct proc g_procs[] = {
-	P(cuInit),
-	P(cuDriverGetVersion),
-	P(cuDeviceGet),
-	P(cuDeviceGetCount),
-	P(cuDeviceGetName),
-	P(cuDeviceGetAttribute),
-	P(cuDeviceGetPCIBusId),
-	PV(cuDeviceTotalMem, cuDeviceTotalMem_v2, 3020, NULL),
-	P(cuDevicePrimaryCtxRetain),
-	PV(cuDevicePrimaryCtxRelease, cuDevicePrimaryCtxRelease_v2, 11000, cuDevicePrimaryCtxRelease),
-	PV(cuDevicePrimaryCtxSetFlags, cuDevicePrimaryCtxSetFlags_v2, 11000, NULL),
-	P(cuDevicePrimaryCtxGetState),
-	PV(cuCtxCreate, cuCtxCreate_v4, 12050, cuCtxCreate_v2),
-	PV(cuCtxDestroy, cuCtxDestroy_v2, 4000, cuCtxDestroy),
-	P(cuCtxSetCurrent),
-	P(cuCtxGetCurrent),
-	PV(cuCtxPushCurrent, cuCtxPushCurrent_v2, 4000, NULL),
-	PV(cuCtxPopCurrent, cuCtxPopCurrent_v2, 4000, NULL),
-	P(cuCtxGetDevice),
-	P(cuCtxSynchronize),
-	PV(cuMemAlloc, cuMemAlloc_v2, 3020, NULL),
-	PV(cuMemFree, cuMemFree_v2, 3020, NULL),
-	PV(cuMemGetInfo, cuMemGetInfo_v2, 3020, NULL),
-	PV(cuMemGetAddressRange, cuMemGetAddressRange_v2, 3020, NULL),
-	P(cuMemHostAlloc),
-	PV(cuMemAllocHost, cuMemAllocHost_v2, 3020, NULL),
-	P(cuMemFreeHost),
-	PV(cuMemHostRegister, cuMemHostRegister_v2, 6050, cuMemHostRegister),
-	P(cuMemHostUnregister),
-	PV(cuMemHostGetDevicePointer, cuMemHostGetDevicePointer_v2, 3020, NULL),
-	P(cuPointerGetAttribute),
-	P(cuPointerGetAttributes),
-	PS(cuMemcpyHtoD, cuMemcpyHtoD_v2, 3020, cuMemcpyHtoD_v2_ptds),
-	PS(cuMemcpyDtoH, cuMemcpyDtoH_v2, 3020, cuMemcpyDtoH_v2_ptds),
-	PS(cuMemcpyDtoD, cuMemcpyDtoD_v2, 3020, cuMemcpyDtoD_v2_ptds),
-	PS(cuMemcpyHtoDAsync, cuMemcpyHtoDAsync_v2, 3020, cuMemcpyHtoDAsync_v2_ptsz),
-	PS(cuMemcpyDtoHAsync, cuMemcpyDtoHAsync_v2, 3020, cuMemcpyDtoHAsync_v2_ptsz),
-	PS(cuMemcpyDtoDAsync, cuMemcpyDtoDAsync_v2, 3020, cuMemcpyDtoDAsync_v2_ptsz),
-	PS(cuMemsetD8, cuMemsetD8_v2, 3020, cuMemsetD8_v2_ptds),
-	PS(cuMemsetD32, cuMemsetD32_v2, 3020, cuMemsetD32_v2_ptds),
-	P(cuStreamCreate),
-	PS(cuStreamSynchronize, cuStreamSynchronize, 0, cuStreamSynchronize_ptsz),
-	PS(cuStreamQuery, cuStreamQuery, 0, cuStreamQuery_ptsz),
-	PV(cuStreamDestroy, cuStreamDestroy_v2, 4000, NULL),
-	P(cuGetErrorString),
-	P(cuGetErrorName),
-	PV(cuGetProcAddress, cuGetProcAddress_v2, 12000, cuGetProcAddress),
+	R("cuInit", 2000, cuInit),
+	R("cuDriverGetVersion", 2020, cuDriverGetVersion),
+	R("cuDeviceGet", 2000, cuDeviceGet),
+	R("cuDeviceGetCount", 2000, cuDeviceGetCount),
+	R("cuDeviceGetName", 2000, cuDeviceGetName),
+	R("cuDeviceGetAttribute", 2000, cuDeviceGetAttribute),
+	R("cuDeviceGetPCIBusId", 4010, cuDeviceGetPCIBusId),
+	R("cuDeviceTotalMem", 3020, cuDeviceTotalMem_v2),
+	R("cuDevicePrimaryCtxRetain", 7000, cuDevicePrimaryCtxRetain),
+	R("cuDevicePrimaryCtxRelease", 11000, cuDevicePrimaryCtxRelease_v2),
+	R("cuDevicePrimaryCtxRelease", 7000, cuDevicePrimaryCtxRelease),
+	R("cuDevicePrimaryCtxSetFlags", 11000, cuDevicePrimaryCtxSetFlags_v2),
+	R("cuDevicePrimaryCtxGetState", 7000, cuDevicePrimaryCtxGetState),
+	R("cuCtxCreate", 12050, cuCtxCreate_v4),
+	R("cuCtxCreate", 11040, cuCtxCreate_v3),
+	R("cuCtxCreate", 3020, cuCtxCreate_v2),
+	R("cuCtxCreate", 2000, cuCtxCreate),
+	R("cuCtxDestroy", 4000, cuCtxDestroy_v2),
+	R("cuCtxDestroy", 2000, cuCtxDestroy),
+	R("cuCtxSetCurrent", 4000, cuCtxSetCurrent),
+	R("cuCtxGetCurrent", 4000, cuCtxGetCurrent),
+	R("cuCtxPushCurrent", 4000, cuCtxPushCurrent_v2),
+	R("cuCtxPopCurrent", 4000, cuCtxPopCurrent_v2),
+	R("cuCtxGetDevice", 2000, cuCtxGetDevice),
+	R("cuCtxSynchronize", 2000, cuCtxSynchronize),
+	R("cuMemAlloc", 3020, cuMemAlloc_v2),
+	R("cuMemFree", 3020, cuMemFree_v2),
+	R("cuMemGetInfo", 3020, cuMemGetInfo_v2),
+	R("cuMemGetAddressRange", 3020, cuMemGetAddressRange_v2),
+	R("cuMemHostAlloc", 2020, cuMemHostAlloc),
+	R("cuMemAllocHost", 3020, cuMemAllocHost_v2),
+	R("cuMemFreeHost", 2000, cuMemFreeHost),
+	R("cuMemHostRegister", 6050, cuMemHostRegister_v2),
+	R("cuMemHostRegister", 4000, cuMemHostRegister),
+	R("cuMemHostUnregister", 4000, cuMemHostUnregister),
+	R("cuMemHostGetDevicePointer", 3020, cuMemHostGetDevicePointer_v2),
+	R("cuMemHostGetDevicePointer", 2020, cuMemHostGetDevicePointer),
+	R("cuMemHostGetFlags", 2030, cuMemHostGetFlags),
+	R("cuPointerGetAttribute", 4000, cuPointerGetAttribute),
+	R("cuPointerGetAttributes", 7000, cuPointerGetAttributes),
+	RS("cuMemcpyHtoD", 3020, cuMemcpyHtoD_v2, cuMemcpyHtoD_v2_ptds),
+	RS("cuMemcpyDtoH", 3020, cuMemcpyDtoH_v2, cuMemcpyDtoH_v2_ptds),
+	RS("cuMemcpyDtoD", 3020, cuMemcpyDtoD_v2, cuMemcpyDtoD_v2_ptds),
+	RS("cuMemcpyHtoDAsync", 3020, cuMemcpyHtoDAsync_v2, cuMemcpyHtoDAsync_v2_ptsz),
+	RS("cuMemcpyDtoHAsync", 3020, cuMemcpyDtoHAsync_v2, cuMemcpyDtoHAsync_v2_ptsz),
+	RS("cuMemcpyDtoDAsync", 3020, cuMemcpyDtoDAsync_v2, cuMemcpyDtoDAsync_v2_ptsz),
+	RS("cuMemsetD8", 3020, cuMemsetD8_v2, cuMemsetD8_v2_ptds),
+	RS("cuMemsetD32", 3020, cuMemsetD32_v2, cuMemsetD32_v2_ptds),
+	R("cuStreamCreate", 2000, cuStreamCreate),
+	RS("cuStreamSynchronize", 2000, cuStreamSynchronize, cuStreamSynchronize_ptsz),
+	RS("cuStreamQuery", 2000, cuStreamQuery, cuStreamQuery_ptsz),
+	R("cuStreamDestroy", 4000, cuStreamDestroy_v2),
+	R("cuStreamDestroy", 2000, cuStreamDestroy),
+	R("cuGetErrorString", 6000, cuGetErrorString),
+	R("cuGetErrorName", 6000, cuGetErrorName),
+	R("cuGetProcAddress", 12000, cuGetProcAddress_v2),
+	R("cuGetProcAddress", 11030, cuGetProcAddress),
 };
 
-#define PROC_DEFAULT 0
-#define PROC_LEGACY_STREAM 1
 #define PROC_PER_THREAD_DEFAULT_STREAM 2
 
-EXPORT CUresult CUDAAPI cuGetProcAddress_v2(const char *symbol, void **pfn, int cudaVersion, cuuint64_t flags,
-					    CUdriverProcAddressQueryResult *symbolStatus)
+static CUresult impl_cuGetProcAddress_v2(const char *symbol, void **pfn, int cudaVersion, cuuint64_t flags,
+		CUdriverProcAddressQueryResult *symbolStatus)
 {
-	const struct proc *p = NULL;
-	void *fn;
+	int known = 0;
 
 	if (!symbol || !pfn || cudaVersion <= 0 || flags > 2)
 		return E_INVALID_VALUE;
 	*pfn = NULL;
-	for (size_t i = 0; i < sizeof(g_procs) / sizeof(g_procs[0]); i++)
-		if (!strcmp(g_procs[i].name, symbol)) {
-			p = &g_procs[i];
-			break;
-		}
-	if (!p) {
+	for (size_t i = 0; i < sizeof(g_procs) / sizeof(g_procs[0]); i++) {
+		const struct proc *p = &g_procs[i];
+
+		if (strcmp(p->name, symbol))
+			continue;
+		known = 1;
+		if (cudaVersion < p->since)
+			continue;
+		*pfn = p->ptds && flags == PROC_PER_THREAD_DEFAULT_STREAM ? p->ptds : p->fn;
 		if (symbolStatus)
-			*symbolStatus = 1;	/* SYMBOL_NOT_FOUND */
-		return E_NOT_FOUND;
+			*symbolStatus = 0;	/* CU_GET_PROC_ADDRESS_SUCCESS */
+		return OK;
 	}
-	fn = cudaVersion >= p->since ? p->fn : p->legacy;
-	if (fn == p->fn && p->ptds && flags == PROC_PER_THREAD_DEFAULT_STREAM)
-		fn = p->ptds;
-	if (!fn) {
-		if (symbolStatus)
-			*symbolStatus = 2;	/* VERSION_NOT_SUFFICIENT */
-		return E_NOT_FOUND;
-	}
-	*pfn = fn;
-	if (symbolStatus)
-		*symbolStatus = 0;
-	return OK;
+	if (symbolStatus)	/* VERSION_NOT_SUFFICIENT, SYMBOL_NOT_FOUND */
+		*symbolStatus = known ? 2 : 1;
+	return E_NOT_FOUND;
+}
+
+static CUresult impl_cuGetProcAddress(const char *symbol, void **pfn, int cudaVersion, cuuint64_t flags)
+{
+	return impl_cuGetProcAddress_v2(symbol, pfn, cudaVersion, flags, NULL);
+}
+
+/* ---- the exported symbols: what dlsym and the linker find ------------------------------------------ */
+
+EXPORT CUresult CUDAAPI cuInit(unsigned int Flags)
+{
+	return impl_cuInit(Flags);
+}
+
+EXPORT CUresult CUDAAPI cuDriverGetVersion(int *driverVersion)
+{
+	return impl_cuDriverGetVersion(driverVersion);
+}
+
+EXPORT CUresult CUDAAPI cuDeviceGetCount(int *count)
+{
+	return impl_cuDeviceGetCount(count);
+}
+
+EXPORT CUresult CUDAAPI cuDeviceGet(CUdevice *device, int ordinal)
+{
+	return impl_cuDeviceGet(device, ordinal);
+}
+
+EXPORT CUresult CUDAAPI cuDeviceGetName(char *name, int len, CUdevice dev)
+{
+	return impl_cuDeviceGetName(name, len, dev);
+}
+
+EXPORT CUresult CUDAAPI cuDeviceTotalMem_v2(size_t *bytes, CUdevice dev)
+{
+	return impl_cuDeviceTotalMem_v2(bytes, dev);
+}
+
+EXPORT CUresult CUDAAPI cuDeviceGetPCIBusId(char *pciBusId, int len, CUdevice dev)
+{
+	return impl_cuDeviceGetPCIBusId(pciBusId, len, dev);
+}
+
+EXPORT CUresult CUDAAPI cuDeviceGetAttribute(int *pi, CUdevice_attribute attrib, CUdevice dev)
+{
+	return impl_cuDeviceGetAttribute(pi, attrib, dev);
+}
+
+EXPORT CUresult CUDAAPI cuDevicePrimaryCtxRetain(CUcontext *pctx, CUdevice dev)
+{
+	return impl_cuDevicePrimaryCtxRetain(pctx, dev);
+}
+
+EXPORT CUresult CUDAAPI cuDevicePrimaryCtxRelease_v2(CUdevice dev)
+{
+	return impl_cuDevicePrimaryCtxRelease_v2(dev);
+}
+
+EXPORT CUresult CUDAAPI cuDevicePrimaryCtxRelease(CUdevice dev)
+{
+	return impl_cuDevicePrimaryCtxRelease(dev);
+}
+
+EXPORT CUresult CUDAAPI cuDevicePrimaryCtxGetState(CUdevice dev, unsigned int *flags, int *active)
+{
+	return impl_cuDevicePrimaryCtxGetState(dev, flags, active);
+}
+
+EXPORT CUresult CUDAAPI cuDevicePrimaryCtxSetFlags_v2(CUdevice dev, unsigned int flags)
+{
+	return impl_cuDevicePrimaryCtxSetFlags_v2(dev, flags);
+}
+
+EXPORT CUresult CUDAAPI cuCtxCreate_v2(CUcontext *pctx, unsigned int flags, CUdevice dev)
+{
+	return impl_cuCtxCreate_v2(pctx, flags, dev);
+}
+
+EXPORT CUresult CUDAAPI cuCtxCreate(CUcontext *pctx, unsigned int flags, CUdevice dev)
+{
+	return impl_cuCtxCreate(pctx, flags, dev);
+}
+
+EXPORT CUresult CUDAAPI cuCtxCreate_v3(CUcontext *pctx, CUexecAffinityParam *paramsArray, int numParams, unsigned int flags, CUdevice dev)
+{
+	return impl_cuCtxCreate_v3(pctx, paramsArray, numParams, flags, dev);
+}
+
+EXPORT CUresult CUDAAPI cuCtxCreate_v4(CUcontext *pctx, CUctxCreateParams *ctxCreateParams, unsigned int flags, CUdevice dev)
+{
+	return impl_cuCtxCreate_v4(pctx, ctxCreateParams, flags, dev);
+}
+
+EXPORT CUresult CUDAAPI cuCtxDestroy_v2(CUcontext ctx)
+{
+	return impl_cuCtxDestroy_v2(ctx);
+}
+
+EXPORT CUresult CUDAAPI cuCtxDestroy(CUcontext ctx)
+{
+	return impl_cuCtxDestroy(ctx);
+}
+
+EXPORT CUresult CUDAAPI cuCtxSetCurrent(CUcontext ctx)
+{
+	return impl_cuCtxSetCurrent(ctx);
+}
+
+EXPORT CUresult CUDAAPI cuCtxGetCurrent(CUcontext *pctx)
+{
+	return impl_cuCtxGetCurrent(pctx);
+}
+
+EXPORT CUresult CUDAAPI cuCtxPushCurrent_v2(CUcontext ctx)
+{
+	return impl_cuCtxPushCurrent_v2(ctx);
+}
+
+EXPORT CUresult CUDAAPI cuCtxPopCurrent_v2(CUcontext *pctx)
+{
+	return impl_cuCtxPopCurrent_v2(pctx);
+}
+
+EXPORT CUresult CUDAAPI cuCtxGetDevice(CUdevice *device)
+{
+	return impl_cuCtxGetDevice(device);
+}
+
+EXPORT CUresult CUDAAPI cuCtxSynchronize(void)
+{
+	return impl_cuCtxSynchronize();
+}
+
+EXPORT CUresult CUDAAPI cuMemAlloc_v2(CUdeviceptr *dptr, size_t bytesize)
+{
+	return impl_cuMemAlloc_v2(dptr, bytesize);
+}
+
+EXPORT CUresult CUDAAPI cuMemFree_v2(CUdeviceptr dptr)
+{
+	return impl_cuMemFree_v2(dptr);
+}
+
+EXPORT CUresult CUDAAPI cuMemGetInfo_v2(size_t *free_bytes, size_t *total)
+{
+	return impl_cuMemGetInfo_v2(free_bytes, total);
+}
+
+EXPORT CUresult CUDAAPI cuMemGetAddressRange_v2(CUdeviceptr *pbase, size_t *psize, CUdeviceptr dptr)
+{
+	return impl_cuMemGetAddressRange_v2(pbase, psize, dptr);
+}
+
+EXPORT CUresult CUDAAPI cuMemHostAlloc(void **pp, size_t bytesize, unsigned int Flags)
+{
+	return impl_cuMemHostAlloc(pp, bytesize, Flags);
+}
+
+EXPORT CUresult CUDAAPI cuMemAllocHost_v2(void **pp, size_t bytesize)
+{
+	return impl_cuMemAllocHost_v2(pp, bytesize);
+}
+
+EXPORT CUresult CUDAAPI cuMemFreeHost(void *p)
+{
+	return impl_cuMemFreeHost(p);
+}
+
+EXPORT CUresult CUDAAPI cuMemHostRegister_v2(void *p, size_t bytesize, unsigned int Flags)
+{
+	return impl_cuMemHostRegister_v2(p, bytesize, Flags);
+}
+
+EXPORT CUresult CUDAAPI cuMemHostRegister(void *p, size_t bytesize, unsigned int Flags)
+{
+	return impl_cuMemHostRegister(p, bytesize, Flags);
+}
+
+EXPORT CUresult CUDAAPI cuMemHostUnregister(void *p)
+{
+	return impl_cuMemHostUnregister(p);
+}
+
+EXPORT CUresult CUDAAPI cuMemHostGetDevicePointer_v2(CUdeviceptr *pdptr, void *p, unsigned int Flags)
+{
+	return impl_cuMemHostGetDevicePointer_v2(pdptr, p, Flags);
+}
+
+EXPORT CUresult CUDAAPI cuMemHostGetDevicePointer(unsigned int *pdptr, void *p, unsigned int Flags)
+{
+	return impl_cuMemHostGetDevicePointer(pdptr, p, Flags);
+}
+
+EXPORT CUresult CUDAAPI cuMemHostGetFlags(unsigned int *pFlags, void *p)
+{
+	return impl_cuMemHostGetFlags(pFlags, p);
+}
+
+EXPORT CUresult CUDAAPI cuPointerGetAttribute(void *data, CUpointer_attribute attribute, CUdeviceptr ptr)
+{
+	return impl_cuPointerGetAttribute(data, attribute, ptr);
+}
+
+EXPORT CUresult CUDAAPI cuPointerGetAttributes(unsigned int numAttributes, CUpointer_attribute *attributes, void **data, CUdeviceptr ptr)
+{
+	return impl_cuPointerGetAttributes(numAttributes, attributes, data, ptr);
+}
+
+EXPORT CUresult CUDAAPI cuMemcpyHtoD_v2(CUdeviceptr dstDevice, const void *srcHost, size_t ByteCount)
+{
+	return impl_cuMemcpyHtoD_v2(dstDevice, srcHost, ByteCount);
+}
+
+EXPORT CUresult CUDAAPI cuMemcpyDtoH_v2(void *dstHost, CUdeviceptr srcDevice, size_t ByteCount)
+{
+	return impl_cuMemcpyDtoH_v2(dstHost, srcDevice, ByteCount);
+}
+
+EXPORT CUresult CUDAAPI cuMemcpyDtoD_v2(CUdeviceptr dstDevice, CUdeviceptr srcDevice, size_t ByteCount)
+{
+	return impl_cuMemcpyDtoD_v2(dstDevice, srcDevice, ByteCount);
+}
+
+EXPORT CUresult CUDAAPI cuMemcpyHtoD_v2_ptds(CUdeviceptr dstDevice, const void *srcHost, size_t ByteCount)
+{
+	return impl_cuMemcpyHtoD_v2_ptds(dstDevice, srcHost, ByteCount);
+}
+
+EXPORT CUresult CUDAAPI cuMemcpyDtoH_v2_ptds(void *dstHost, CUdeviceptr srcDevice, size_t ByteCount)
+{
+	return impl_cuMemcpyDtoH_v2_ptds(dstHost, srcDevice, ByteCount);
+}
+
+EXPORT CUresult CUDAAPI cuMemcpyDtoD_v2_ptds(CUdeviceptr dstDevice, CUdeviceptr srcDevice, size_t ByteCount)
+{
+	return impl_cuMemcpyDtoD_v2_ptds(dstDevice, srcDevice, ByteCount);
+}
+
+EXPORT CUresult CUDAAPI cuMemcpyHtoDAsync_v2(CUdeviceptr dstDevice, const void *srcHost, size_t ByteCount, CUstream hStream)
+{
+	return impl_cuMemcpyHtoDAsync_v2(dstDevice, srcHost, ByteCount, hStream);
+}
+
+EXPORT CUresult CUDAAPI cuMemcpyDtoHAsync_v2(void *dstHost, CUdeviceptr srcDevice, size_t ByteCount, CUstream hStream)
+{
+	return impl_cuMemcpyDtoHAsync_v2(dstHost, srcDevice, ByteCount, hStream);
+}
+
+EXPORT CUresult CUDAAPI cuMemcpyDtoDAsync_v2(CUdeviceptr dstDevice, CUdeviceptr srcDevice, size_t ByteCount, CUstream hStream)
+{
+	return impl_cuMemcpyDtoDAsync_v2(dstDevice, srcDevice, ByteCount, hStream);
+}
+
+EXPORT CUresult CUDAAPI cuMemcpyHtoDAsync_v2_ptsz(CUdeviceptr dstDevice, const void *srcHost, size_t ByteCount, CUstream hStream)
+{
+	return impl_cuMemcpyHtoDAsync_v2_ptsz(dstDevice, srcHost, ByteCount, hStream);
+}
+
+EXPORT CUresult CUDAAPI cuMemcpyDtoHAsync_v2_ptsz(void *dstHost, CUdeviceptr srcDevice, size_t ByteCount, CUstream hStream)
+{
+	return impl_cuMemcpyDtoHAsync_v2_ptsz(dstHost, srcDevice, ByteCount, hStream);
+}
+
+EXPORT CUresult CUDAAPI cuMemcpyDtoDAsync_v2_ptsz(CUdeviceptr dstDevice, CUdeviceptr srcDevice, size_t ByteCount, CUstream hStream)
+{
+	return impl_cuMemcpyDtoDAsync_v2_ptsz(dstDevice, srcDevice, ByteCount, hStream);
+}
+
+EXPORT CUresult CUDAAPI cuMemsetD8_v2(CUdeviceptr dstDevice, unsigned char uc, size_t N)
+{
+	return impl_cuMemsetD8_v2(dstDevice, uc, N);
+}
+
+EXPORT CUresult CUDAAPI cuMemsetD8_v2_ptds(CUdeviceptr dstDevice, unsigned char uc, size_t N)
+{
+	return impl_cuMemsetD8_v2_ptds(dstDevice, uc, N);
+}
+
+EXPORT CUresult CUDAAPI cuMemsetD32_v2(CUdeviceptr dstDevice, unsigned int ui, size_t N)
+{
+	return impl_cuMemsetD32_v2(dstDevice, ui, N);
+}
+
+EXPORT CUresult CUDAAPI cuMemsetD32_v2_ptds(CUdeviceptr dstDevice, unsigned int ui, size_t N)
+{
+	return impl_cuMemsetD32_v2_ptds(dstDevice, ui, N);
+}
+
+EXPORT CUresult CUDAAPI cuStreamCreate(CUstream *phStream, unsigned int Flags)
+{
+	return impl_cuStreamCreate(phStream, Flags);
+}
+
+EXPORT CUresult CUDAAPI cuStreamSynchronize(CUstream hStream)
+{
+	return impl_cuStreamSynchronize(hStream);
+}
+
+EXPORT CUresult CUDAAPI cuStreamSynchronize_ptsz(CUstream hStream)
+{
+	return impl_cuStreamSynchronize_ptsz(hStream);
+}
+
+EXPORT CUresult CUDAAPI cuStreamQuery(CUstream hStream)
+{
+	return impl_cuStreamQuery(hStream);
+}
+
+EXPORT CUresult CUDAAPI cuStreamQuery_ptsz(CUstream hStream)
+{
+	return impl_cuStreamQuery_ptsz(hStream);
+}
+
+EXPORT CUresult CUDAAPI cuStreamDestroy_v2(CUstream hStream)
+{
+	return impl_cuStreamDestroy_v2(hStream);
+}
+
+EXPORT CUresult CUDAAPI cuStreamDestroy(CUstream hStream)
+{
+	return impl_cuStreamDestroy(hStream);
+}
+
+EXPORT CUresult CUDAAPI cuGetErrorString(CUresult error, const char **pStr)
+{
+	return impl_cuGetErrorString(error, pStr);
+}
+
+EXPORT CUresult CUDAAPI cuGetErrorName(CUresult error, const char **pStr)
+{
+	return impl_cuGetErrorName(error, pStr);
+}
+
+EXPORT CUresult CUDAAPI cuGetProcAddress_v2(const char *symbol, void **pfn, int cudaVersion, cuuint64_t flags, CUdriverProcAddressQueryResult *symbolStatus)
+{
+	return impl_cuGetProcAddress_v2(symbol, pfn, cudaVersion, flags, symbolStatus);
 }
 
 EXPORT CUresult CUDAAPI cuGetProcAddress(const char *symbol, void **pfn, int cudaVersion, cuuint64_t flags)
 {
-	return cuGetProcAddress_v2(symbol, pfn, cudaVersion, flags, NULL);
+	return impl_cuGetProcAddress(symbol, pfn, cudaVersion, flags);
 }

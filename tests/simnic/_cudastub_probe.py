@@ -144,12 +144,24 @@ def addr(name):
     return C.cast(getattr(lib, name), C.c_void_p).value
 
 
-out("proc_cuMemAlloc_13000", proc("cuMemAlloc", 13000)[:2] + (proc("cuMemAlloc", 13000)[2] == addr("cuMemAlloc_v2"),))
+def distinct(*addrs):
+    return len(set(addrs)) == len(addrs) and None not in addrs
+
+
+# internal entry points: not the exports, one per ABI
+alloc = proc("cuMemAlloc", 13000)
+out("proc_cuMemAlloc_13000", alloc[:2] + (distinct(alloc[2], addr("cuMemAlloc_v2")),))
 out("proc_cuMemAlloc_3000", proc("cuMemAlloc", 3000))
-out("proc_cuCtxCreate_12000", proc("cuCtxCreate", 12000)[2] == addr("cuCtxCreate_v2"))
-out("proc_cuCtxCreate_13000", proc("cuCtxCreate", 13000)[2] == addr("cuCtxCreate_v4"))
-out("proc_ptds", proc("cuMemcpyHtoD", 13000, 2)[2] == addr("cuMemcpyHtoD_v2_ptds"))
+v2, v3, v3b, v4 = (proc("cuCtxCreate", v)[2] for v in (11000, 12000, 12040, 13000))
+out("proc_cuCtxCreate_per_version", distinct(v2, v3, v4, addr("cuCtxCreate_v4")) and v3 == v3b)
+out("proc_ptds", distinct(proc("cuMemcpyHtoD", 13000, 2)[2], proc("cuMemcpyHtoD", 13000, 0)[2]))
 out("proc_unknown", proc("cuNoSuchCall", 13000))
+# an internal entry point works like the export
+alloc_fn = C.CFUNCTYPE(C.c_int, C.POINTER(u64), C.c_size_t)(alloc[2])
+cuDevicePrimaryCtxRetain(C.byref(ctx), 0)
+cuCtxSetCurrent(ctx)
+via = u64()
+out("proc_call", (alloc_fn(C.byref(via), 128), cuPointerGetAttribute(C.byref(mt), 2, via.value), mt.value))
 
 msg = C.c_char_p()
 out("error_string_1", (cuGetErrorString(1, C.byref(msg)), msg.value.decode()))

@@ -103,12 +103,12 @@ def test_driver_behaviour():
         "destroy_primary": "201",
         "free": "0",
         "free_again": "1",
-        "proc_cuMemAlloc_13000": "(0, 0, True)",
+        "proc_cuMemAlloc_13000": "(0, 0, True)",      # an internal entry point, not the export
         "proc_cuMemAlloc_3000": "(500, 2, None)",     # VERSION_NOT_SUFFICIENT
-        "proc_cuCtxCreate_12000": "True",             # cuCtxCreate_v2 before 12.5
-        "proc_cuCtxCreate_13000": "True",             # cuCtxCreate_v4 from 12.5 on
+        "proc_cuCtxCreate_per_version": "True",       # _v2 before 11.4, _v3 to 12.4, _v4 on
         "proc_ptds": "True",
         "proc_unknown": "(500, 1, None)",             # SYMBOL_NOT_FOUND
+        "proc_call": "(0, 0, 2)",
         "error_string_1": "(0, 'invalid argument')",
         "error_name_712": "(0, 'CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED')",
         "error_name_bad": "1",
