@@ -219,15 +219,20 @@
         },
       }],
       ['ibv_qp_to_qp_ex', {
-        // the ibv_wr_* send API goes through per-QP function pointers that are not hooked
+        // the ibv_wr_* send API: per-QP function pointers, hooked before the application can
+        // use them (it needs this call to reach them)
         leave(ret, self) {
           if (ret.isNull()) return;
-          api.cold(self.ts, '"ev":"not_traced","fn":"ibv_qp_to_qp_ex","api":"ibv_wr_*",' +
-            vfmt('st_vfmt_qp', ['pointer'], [ret]) + ',"why":"work requests posted with the ibv_wr_* API are not recorded"');
+          const n = rfn('st_verbs_hook_qp_ex', 'int', ['pointer'])(ret);
+          api.cold(self.ts, '"ev":"qp_ex","fn":"ibv_qp_to_qp_ex",' + vfmt('st_vfmt_qp', ['pointer'], [ret]) +
+            ',"wr_hooks":' + n);
         },
       }],
       ['ibv_destroy_qp', {
-        enter(args, self) { self.text = vfmt('st_vfmt_qp', ['pointer'], [args[0]]); },
+        enter(args, self) {
+          self.text = vfmt('st_vfmt_qp', ['pointer'], [args[0]]);
+          rfn('st_verbs_forget_qp', 'void', ['pointer'])(args[0]);
+        },
         leave(ret, self) { emit(self.ts, 'qp_destroy', 'ibv_destroy_qp', self.text, ret.toInt32()); },
       }],
     ];
