@@ -125,7 +125,7 @@ def main() -> int:
                   f"{r['records_per_s_per_thread'] / 1e6:.1f} M" if r.get("records_per_s_per_thread") and r.get("written") else "-",
                   f"{r['written']:,}" if "written" in r else "-", f"{r['dropped']:,}" if "dropped" in r else "-",
                   f"{r['bytes_per_event']:.1f}" if r.get("bytes_per_event") else "-")
-    Console().print(t)
+    Console(width=140).print(t)
     print("x shim = added ns / added ns of the shim without I/O.  targets: simple-mode added cost <= 1.5 x the shim's; >= 20 M records/s per thread; "
           "records/s/thread is the rate the hot path records at (1e9 / ns per call); dropped = records "
           "the disk could not take in time (counted, never blocking)")

@@ -51,10 +51,14 @@ def _is_dynamic(path: str) -> bool:
                 return True
             if head != b"\x7fELF":
                 return True
+            from elftools.common.exceptions import ELFError
             from elftools.elf.elffile import ELFFile
             f.seek(0)
-            return any(seg["p_type"] == "PT_INTERP" for seg in ELFFile(f).iter_segments())
-    except Exception:
+            try:
+                return any(seg["p_type"] == "PT_INTERP" for seg in ELFFile(f).iter_segments())
+            except ELFError:
+                return True  # let the start itself say what is wrong with it
+    except OSError:
         return True
 
 
@@ -223,7 +227,9 @@ class Controller:
         self._check_providers()
         self._observers = load_observers(self.options, out)
         if not _is_dynamic(argv[0]):
-            return self._spawn_static(argv, duration)
+            # Frida injects its agent through the dynamic loader: a static program runs untraced
+            # (programs it starts, if dynamic, are still followed)
+            self._warn(f"{argv[0]} is statically linked: it cannot be traced, only what it starts")
         server = FollowServer(self.events)
         code = None
         child = None
@@ -237,18 +243,18 @@ class Controller:
                 raise TargetError(f"cannot start {argv[0]}: {e.strerror}") from None
             with _ForwardSignals(child):
                 status, root_seen = self._follow(child, duration)
-            interrupted = status == "interrupted"
-            if interrupted:
-                self.ui.status("interrupted: stopping tracing (the program keeps running)")
-            with _DeferredInterrupt():
-                self._stop_all("detach")
-            self._reap_ended()
-            # programs started from now on must not wait for us
-            server.close()
-            if not root_seen and child is not None:
-                self._warn("the program never reached the tracer (static, setuid, or LD_PRELOAD removed): "
-                           "nothing was traced")
-            code = self._wait_child(child, interrupted)
+                interrupted = status == "interrupted"
+                if interrupted:
+                    self.ui.status("interrupted: stopping tracing (the program keeps running)")
+                with _DeferredInterrupt():
+                    self._stop_all("detach")
+                self._reap_ended()
+                # programs started from now on must not wait for us
+                server.close()
+                if not root_seen and _is_dynamic(argv[0]):
+                    self._warn("the program never reached the tracer (setuid, or LD_PRELOAD removed): "
+                               "it was not traced")
+                code = self._wait_child(child, interrupted)
         finally:
             server.close()
         self.session.finish(status, exit_code=code, warnings=self.warnings)
@@ -300,26 +306,6 @@ class Controller:
         except KeyboardInterrupt:
             # a second Ctrl-C: leave the program to itself
             return None
-
-    def _spawn_static(self, argv: list[str], duration: float | None) -> CaptureResult:
-        """A statically linked program ignores LD_PRELOAD: Frida starts it suspended instead
-        (its children are not followed)."""
-        import frida
-
-        dev = self._device_()
-        try:
-            pid = dev.spawn(argv)
-        except frida.ExecutableNotFoundError:
-            raise TargetError(f"program not found: {argv[0]}") from None
-        except frida.NotSupportedError as e:
-            raise TargetError(f"cannot start {argv[0]}: {e}") from None
-        try:
-            self._trace(pid, attached=False, argv=argv)
-        finally:
-            dev.resume(pid)
-        status = self._wait_procs(duration)
-        self.session.finish(status, exit_code=None, warnings=self.warnings)
-        return CaptureResult(self.out, status, None, [pid], self.warnings)
 
     # ------------------------------------------------------------------ attach
 

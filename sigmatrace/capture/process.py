@@ -105,7 +105,8 @@ class TracedProcess:
             raise TargetError(f"no permission to trace pid {self.pid} ({e})",
                               hint="run as the process's owner, or as root / with CAP_SYS_PTRACE") from None
         except (frida.ProcessNotRespondingError, frida.TransportError, frida.NotSupportedError) as e:
-            raise TargetError(f"cannot attach to pid {self.pid}: {e}") from None
+            first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+            raise TargetError(f"cannot attach to pid {self.pid}: {first}") from None
         self.session.on("detached", self._on_detached)
         try:
             if gate_children:

@@ -55,28 +55,29 @@ class RichUI(CaptureUI):
     def __init__(self, console=None, verbose: bool = False):
         from rich.console import Console
 
+        # soft_wrap: a message stays one line whatever the width (logs, launchers, grep)
         self.console = console or Console(stderr=True)
         self.verbose = verbose
 
     def status(self, text):
-        self.console.print(f"[dim]sigmatrace:[/] {text}", highlight=False)
+        self.console.print(f"[dim]sigmatrace:[/] {text}", highlight=False, soft_wrap=True)
 
     def process_started(self, pid, argv, proc_dir):
         self.console.print(f"[dim]sigmatrace:[/] tracing pid {pid} [dim]({' '.join(argv[:4])}) -> {proc_dir}[/]",
-                           highlight=False)
+                           highlight=False, soft_wrap=True)
 
     def hooks(self, pid, provider, installed, failed):
         if failed or self.verbose:
             why = "; ".join(f"{f.get('name')}: {f.get('why')}" for f in failed)
             self.console.print(f"[dim]sigmatrace:[/] pid {pid} {provider}: {len(installed)} hooks"
-                               + (f", [yellow]{len(failed)} failed ({why})[/]" if failed else ""), highlight=False)
+                               + (f", [yellow]{len(failed)} failed ({why})[/]" if failed else ""), highlight=False, soft_wrap=True)
 
     def process_ended(self, pid, how):
         if self.verbose:
-            self.console.print(f"[dim]sigmatrace: pid {pid} {how}[/]", highlight=False)
+            self.console.print(f"[dim]sigmatrace: pid {pid} {how}[/]", highlight=False, soft_wrap=True)
 
     def warning(self, text):
-        self.console.print(f"[yellow]sigmatrace: warning:[/] {text}", highlight=False)
+        self.console.print(f"[yellow]sigmatrace: warning:[/] {text}", highlight=False, soft_wrap=True)
 
     def error(self, pid, where, msg):
-        self.console.print(f"[yellow]sigmatrace: pid {pid}: {where}: {msg} (contained)[/]", highlight=False)
+        self.console.print(f"[yellow]sigmatrace: pid {pid}: {where}: {msg} (contained)[/]", highlight=False, soft_wrap=True)

@@ -228,3 +228,15 @@ def test_sigterm_reaches_the_program(tmp_path):
             os.killpg(p.pid, 9)
     assert p.returncode == 128 + 15, (err, (tmp_path / "t" / "session.json").read_text())
     assert json.loads((tmp_path / "t" / "session.json").read_text())["exit_code"] == -15
+
+
+def test_static_program_runs_untraced_with_its_status(tmp_path):
+    src = tmp_path / "st.c"
+    src.write_text('#include <stdio.h>\nint main(void) { puts("static"); return 3; }\n')
+    exe = tmp_path / "st"
+    subprocess.run(["cc", "-static", str(src), "-o", str(exe)], check=True)
+    res = sigmatrace("spawn", "--out", tmp_path / "t", "--", exe)
+    assert res.returncode == 3 and res.stdout == "static\n"
+    assert "statically linked: it cannot be traced" in res.stderr
+    r = report(tmp_path / "t")
+    assert r["processes"] == [] and r["coverage"]["requested"] is False and r["calls"] == {}
