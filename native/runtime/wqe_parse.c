@@ -1,5 +1,6 @@
 /* Send-WQE parser: control segment, then what the opcode and service type say follows
  * (address vector, remote address, atomic operands), then data / inline segments up to ds. */
+#include <stddef.h>
 #include <string.h>
 
 #include <sigmatrace/records.h>
