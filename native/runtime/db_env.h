@@ -32,6 +32,8 @@ int db_recording(void);
 int db_records_wanted(void);
 /* A cold event: printf-style JSON fields starting with "ev" (ts and tid are added). */
 void db_cold(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/* The same, for an event whose time was taken earlier (a hooked call's entry). */
+void db_cold_at(uint64_t ts, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* Something of ours failed and was contained: an `error` cold event, counted. */
 void db_error(const char *where, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* A configuration value given to st_init (NULL if absent). */
@@ -43,6 +45,8 @@ int db_live_repeater_alloc(void);
 struct st_live_repeater *db_live_repeater(int index);
 /* Name the calling thread's stream (at most 15 bytes kept). */
 void db_thread_name(const char *name);
+/* The session's doorbell mode (enum st_doorbell_mode: off, forward, wqe). */
+int db_doorbell_mode(void);
 /* Register a function run once when recording stops (detach, controller loss, exit). */
 int db_on_stop(void (*fn)(int reason, void *arg), void *arg);
 
