@@ -68,6 +68,7 @@ struct opts {
     uint32_t sig_every;
     double timeout_s;
     const char *dev;
+    const char *json;   /* write the summary here instead of stdout */
     int quiet;
 };
 
@@ -97,8 +98,9 @@ static void usage(FILE *f)
             "      --sig-every K     rate / pingpong: signal one WQE in K (default slots/4)\n"
             "      --timeout S       fail a wait after S seconds (default 30)\n"
             "  -d, --dev NAME        RDMA device (default: the first)\n"
+            "      --json FILE       write the JSON summary to FILE instead of stdout\n"
             "      --quiet           no progress on stderr\n"
-            "The JSON summary goes to stdout; the exit status is 0 only if every result verified.\n",
+            "The exit status is 0 only if every result verified.\n",
             gda_backend);
 }
 
@@ -130,7 +132,8 @@ static int parse_opts(int argc, char **argv, struct opts *o)
         {"batch", 1, 0, 'b'},    {"slots", 1, 0, 's'},  {"area", 1, 0, 'A'},      {"warmup", 1, 0, 'w'},
         {"op", 1, 0, 'o'},       {"db-style", 1, 0, 'D'}, {"resolve", 1, 0, 'R'}, {"uar-flags", 1, 0, 'U'},
         {"uar-api", 1, 0, 'P'},  {"inline", 0, 0, 'I'}, {"sig-every", 1, 0, 'S'}, {"timeout", 1, 0, 'T'},
-        {"dev", 1, 0, 'd'},      {"quiet", 0, 0, 'Q'},  {"help", 0, 0, 'h'},      {0, 0, 0, 0}};
+        {"dev", 1, 0, 'd'},      {"quiet", 0, 0, 'Q'},  {"help", 0, 0, 'h'},      {"json", 1, 0, 'J'},
+        {0, 0, 0, 0}};
     *o = (struct opts){.mode = GDA_MODE_OPS, .kinds = GDA_K_WRITE | GDA_K_READ | GDA_K_FADD, .n = 1000, .pairs = 1,
                        .batch = 1, .slots = 64, .area = 16, .warmup = 100, .lat_kind = GDA_K_WRITE,
                        .timeout_s = 30};
@@ -187,6 +190,7 @@ static int parse_opts(int argc, char **argv, struct opts *o)
         case 'T': o->timeout_s = strtod(optarg, NULL); break;
         case 'd': o->dev = optarg; break;
         case 'Q': o->quiet = 1; break;
+        case 'J': o->json = optarg; break;
         case 'h': usage(stdout); exit(0);
         default: usage(stderr); return -1;
         }
@@ -851,21 +855,26 @@ int main(int argc, char **argv)
     }
 
     /* the summary */
-    printf("{\"backend\":\"%s\",\"mode\":\"%s\",\"n\":%" PRIu64 ",\"kinds\":[", gda_backend, mode_name(c.o.mode), c.o.n);
+    FILE *js = stdout;
+    if (c.o.json && !(js = fopen(c.o.json, "w"))) {
+        fprintf(stderr, "gda_example: cannot write %s: %s\n", c.o.json, strerror(errno));
+        js = stdout;
+    }
+    fprintf(js, js, "{\"backend\":\"%s\",\"mode\":\"%s\",\"n\":%" PRIu64 ",\"kinds\":[", gda_backend, mode_name(c.o.mode), c.o.n);
     const char *kn[] = {"write", "read", "fadd", "writev"};
     for (int k = 0, first = 1; k < 4; k++)
         if (c.o.kinds & (1u << k)) {
-            printf("%s\"%s\"", first ? "" : ",", kn[k]);
+            fprintf(js, "%s\"%s\"", first ? "" : ",", kn[k]);
             first = 0;
         }
-    printf("],\"batch\":%u,\"slots\":%u,\"area\":%u,\"warmup\":%u,\"db_style\":\"%s\",\"resolve\":\"%s\",\"uar_api\":\"%s\",\"qps\":[",
+    fprintf(js, "],\"batch\":%u,\"slots\":%u,\"area\":%u,\"warmup\":%u,\"db_style\":\"%s\",\"resolve\":\"%s\",\"uar_api\":\"%s\",\"qps\":[",
            c.o.batch, c.o.slots, c.o.area, c.o.warmup, c.o.db_style == GDA_DB_LAST ? "last" : "next",
            c.o.procaddress ? "procaddress" : "dlsym", c.o.uar_runtime ? "runtime" : "driver");
     uint64_t total_wqes = 0, total_db = 0, t0 = UINT64_MAX, t1 = 0;
     for (uint32_t t = 0; t < nthreads; t++) {
         struct gda_qp_view *w = &views[t];
         struct qp_res *r = &c.q[view_qp[t]], *peer = &c.q[view_qp[t] ^ 1];
-        printf("%s{\"qpn\":%u,\"peer_qpn\":%u,\"role\":%u,\"doorbells\":%" PRIu64 ",\"wqes\":%" PRIu64
+        fprintf(js, "%s{\"qpn\":%u,\"peer_qpn\":%u,\"role\":%u,\"doorbells\":%" PRIu64 ",\"wqes\":%" PRIu64
                ",\"signaled\":%" PRIu64 ",\"cqes\":%" PRIu64 ",\"pi\":%u,\"lkey\":%u,\"rkey\":%u,\"lbuf\":%" PRIu64
                ",\"rbuf\":%" PRIu64 ",\"uar_reg_addr\":%" PRIu64 ",\"db_dptr\":%" PRIu64 ",\"status\":%" PRIu64 "}",
                t ? "," : "", r->qpn, peer->qpn, w->role, w->doorbells, w->wqes, w->signaled, w->cqes, w->sq.pi, w->lkey,
@@ -877,27 +886,29 @@ int main(int argc, char **argv)
         if (w->t_end > t1)
             t1 = w->t_end;
     }
-    printf("]");
+    fprintf(js, "]");
     if (nlat && statuses_ok) {
         qsort(lat, nlat, 8, cmp_u64);
         double sum = 0;
         for (uint64_t i = 0; i < nlat; i++)
             sum += (double)lat[i];
-        printf(",\"latency_ns\":{\"n\":%" PRIu64 ",\"min\":%" PRIu64 ",\"p50\":%" PRIu64 ",\"p99\":%" PRIu64
+        fprintf(js, ",\"latency_ns\":{\"n\":%" PRIu64 ",\"min\":%" PRIu64 ",\"p50\":%" PRIu64 ",\"p99\":%" PRIu64
                ",\"max\":%" PRIu64 ",\"mean\":%.1f}",
                nlat, lat[0], lat[nlat / 2], lat[(nlat * 99) / 100 < nlat ? (nlat * 99) / 100 : nlat - 1], lat[nlat - 1],
                sum / (double)nlat);
     }
     if (statuses_ok && t1 > t0) {
         double secs = (double)(t1 - t0) / 1e9;
-        printf(",\"seconds\":%.6f,\"wqes_per_s\":%.1f,\"doorbells_per_s\":%.1f", secs, (double)total_wqes / secs,
+        fprintf(js, ",\"seconds\":%.6f,\"wqes_per_s\":%.1f,\"doorbells_per_s\":%.1f", secs, (double)total_wqes / secs,
                (double)total_db / secs);
     }
-    printf(",\"verify\":{\"ok\":%s,\"checked\":%" PRIu64 ",\"failed\":%" PRIu64 ",\"errors\":[",
+    fprintf(js, ",\"verify\":{\"ok\":%s,\"checked\":%" PRIu64 ",\"failed\":%" PRIu64 ",\"errors\":[",
            v.failed ? "false" : "true", v.checked, v.failed);
     for (uint64_t i = 0; i < v.failed && i < 8; i++)
-        printf("%s\"%s\"", i ? "," : "", v.first[i]);
-    printf("]}}\n");
+        fprintf(js, "%s\"%s\"", i ? "," : "", v.first[i]);
+    fprintf(js, "]}}\n");
+    if (js != stdout)
+        fclose(js);
     fflush(stdout);
     if (!c.o.quiet && v.failed)
         fprintf(stderr, "gda_example: %" PRIu64 " check(s) failed, first: %s\n", v.failed, v.first[0]);

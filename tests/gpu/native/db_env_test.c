@@ -47,6 +47,19 @@ void db_cold(const char *fmt, ...)
         fprintf(stderr, "cold: {%s}\n", buf);
 }
 
+void db_cold_at(uint64_t ts, const char *fmt, ...)
+{
+    char buf[1024];
+    va_list ap;
+    (void)ts;
+    va_start(ap, fmt);
+    vsnprintf(buf, sizeof(buf), fmt, ap);
+    va_end(ap);
+    __atomic_add_fetch(&test_env.cold_events, 1, __ATOMIC_RELAXED);
+    if (test_env.verbose)
+        fprintf(stderr, "cold: {%s}\n", buf);
+}
+
 void db_error(const char *where, const char *fmt, ...)
 {
     char buf[1024];
@@ -110,6 +123,12 @@ struct st_live_qp *test_live_qp(uint32_t qpn)
 }
 
 void db_thread_name(const char *name) { (void)name; }
+
+int db_doorbell_mode(void)
+{
+    const char *m = db_config("doorbells");
+    return !m || !strcmp(m, "wqe") ? ST_DB_WQE : !strcmp(m, "forward") ? ST_DB_FORWARD : ST_DB_OFF;
+}
 
 int db_on_stop(void (*fn)(int reason, void *arg), void *arg)
 {
