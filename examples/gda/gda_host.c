@@ -67,6 +67,7 @@ struct opts {
     int inline_data;
     uint32_t sig_every;
     double timeout_s;
+    double gap_us;
     const char *dev;
     const char *json;   /* write the summary here instead of stdout */
     int quiet;
@@ -97,6 +98,7 @@ static void usage(FILE *f)
             "      --inline          rate mode: inline data instead of a pointer\n"
             "      --sig-every K     rate / pingpong: signal one WQE in K (default slots/4)\n"
             "      --timeout S       fail a wait after S seconds (default 30)\n"
+            "      --gap-us U        latency mode: stay idle U microseconds between operations\n"
             "  -d, --dev NAME        RDMA device (default: the first)\n"
             "      --json FILE       write the JSON summary to FILE instead of stdout\n"
             "      --quiet           no progress on stderr\n"
@@ -132,7 +134,7 @@ static int parse_opts(int argc, char **argv, struct opts *o)
         {"batch", 1, 0, 'b'},    {"slots", 1, 0, 's'},  {"area", 1, 0, 'A'},      {"warmup", 1, 0, 'w'},
         {"op", 1, 0, 'o'},       {"db-style", 1, 0, 'D'}, {"resolve", 1, 0, 'R'}, {"uar-flags", 1, 0, 'U'},
         {"uar-api", 1, 0, 'P'},  {"inline", 0, 0, 'I'}, {"sig-every", 1, 0, 'S'}, {"timeout", 1, 0, 'T'},
-        {"dev", 1, 0, 'd'},      {"quiet", 0, 0, 'Q'},  {"help", 0, 0, 'h'},      {"json", 1, 0, 'J'},
+        {"dev", 1, 0, 'd'},      {"quiet", 0, 0, 'Q'},  {"help", 0, 0, 'h'},      {"json", 1, 0, 'J'},     {"gap-us", 1, 0, 'G'},
         {0, 0, 0, 0}};
     *o = (struct opts){.mode = GDA_MODE_OPS, .kinds = GDA_K_WRITE | GDA_K_READ | GDA_K_FADD, .n = 1000, .pairs = 1,
                        .batch = 1, .slots = 64, .area = 16, .warmup = 100, .lat_kind = GDA_K_WRITE,
@@ -191,6 +193,7 @@ static int parse_opts(int argc, char **argv, struct opts *o)
         case 'd': o->dev = optarg; break;
         case 'Q': o->quiet = 1; break;
         case 'J': o->json = optarg; break;
+        case 'G': o->gap_us = strtod(optarg, NULL); break;
         case 'h': usage(stdout); exit(0);
         default: usage(stderr); return -1;
         }
@@ -814,7 +817,7 @@ int main(int argc, char **argv)
     struct gda_cfg cfg = {.mode = (uint32_t)c.o.mode, .kinds = c.o.kinds, .n = c.o.n, .batch = c.o.batch,
                           .warmup = c.o.warmup, .lat_kind = c.o.lat_kind, .slots_per_area = c.o.area,
                           .sig_every = c.o.sig_every, .inline_data = (uint32_t)c.o.inline_data,
-                          .timeout_ns = (uint64_t)(c.o.timeout_s * 1e9)};
+                          .timeout_ns = (uint64_t)(c.o.timeout_s * 1e9), .gap_ns = (uint64_t)(c.o.gap_us * 1e3)};
     if (cu.MemAlloc(&views_dev, nthreads * sizeof(*views)) || cu.MemAlloc(&cfg_dev, sizeof(cfg)) ||
         cu.MemcpyHtoD(views_dev, views, nthreads * sizeof(*views)) || cu.MemcpyHtoD(cfg_dev, &cfg, sizeof(cfg))) {
         fprintf(stderr, "gda_example: copying the queue views to the device failed\n");

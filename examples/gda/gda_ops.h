@@ -38,6 +38,7 @@ struct gda_cfg {
     uint32_t sig_every;    /* rate / ping-pong: one signaled WQE in this many */
     uint32_t inline_data;  /* rate: 8-byte inline writes instead of pointer writes */
     uint64_t timeout_ns;   /* a wait longer than this fails the run instead of hanging */
+    uint64_t gap_ns;       /* latency mode: idle time between operations (repeater back-off) */
 };
 
 /* One QP as its submitting thread sees it, plus what the thread reports back. */
@@ -208,6 +209,11 @@ GDA_NOINLINE void gda_prog_latency(struct gda_qp_view *q, const struct gda_cfg *
             q->t_start = t0;
         if (i >= c->warmup && q->lat)
             q->lat[i - c->warmup] = t1 - t0;
+        if (c->gap_ns) { /* stay quiet for a while: what an idle repeater costs the next doorbell */
+            uint32_t turns = 0;
+            while (gda_time_ns() - t1 < c->gap_ns)
+                gda_spin(&turns);
+        }
     }
     q->t_end = gda_time_ns();
 }

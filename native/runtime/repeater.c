@@ -389,6 +389,28 @@ static void add_counter(struct db_rthread *T, size_t field, uint64_t n)
         *(uint64_t *)((char *)T->pages[i]->live + field) += n;
 }
 
+/* What this thread has cost so far (the back-off trade-off, docs/doorbells.md). */
+static void report_stats(struct db_rthread *T, uint64_t started)
+{
+    struct timespec cpu;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &cpu);
+    uint64_t spins = 0, backoffs = 0, sleeps = 0, doorbells = 0;
+    uint32_t n = __atomic_load_n(&T->n_pages, __ATOMIC_ACQUIRE);
+    for (uint32_t i = 0; i < n; i++)
+        doorbells += T->pages[i]->live->doorbells;
+    if (n) { /* thread counters are added to each of its pages: take one */
+        spins = T->pages[0]->live->spins;
+        backoffs = T->pages[0]->live->backoffs;
+        sleeps = T->pages[0]->live->sleeps;
+    }
+    db_cold("\"ev\":\"repeater_stats\",\"thread\":%d,\"cpu\":%d,\"pages\":%u,\"doorbells\":%llu,\"cpu_ns\":%llu,"
+            "\"wall_ns\":%llu,\"spins\":%llu,\"backoffs\":%llu,\"sleeps\":%llu",
+            T->id, T->cpu, n, (unsigned long long)doorbells,
+            (unsigned long long)cpu.tv_sec * 1000000000ull + (unsigned long long)cpu.tv_nsec,
+            (unsigned long long)(mono_ns() - started), (unsigned long long)spins, (unsigned long long)backoffs,
+            (unsigned long long)sleeps);
+}
+
 static void *rthread_main(void *arg)
 {
     struct db_rthread *T = arg;
@@ -399,7 +421,7 @@ static void *rthread_main(void *arg)
     prctl(PR_SET_TIMERSLACK, 1UL); /* a 1 us sleep then takes ~4 us, not ~55 us */
     const struct db_params *p = &T->p;
     const uint64_t spin_ns = (uint64_t)p->spin_us * 1000, pause_ns = (uint64_t)p->pause_us * 1000;
-    uint64_t last_active = mono_ns();
+    uint64_t started = mono_ns(), last_active = started;
     uint32_t polls = 0, sleep_us = p->sleep_us;
     int flushed = 1;
     for (;;) {
@@ -431,6 +453,7 @@ static void *rthread_main(void *arg)
             for (uint32_t i = 0; i < n; i++)
                 if (!T->pages[i]->stopped)
                     flush_page(T->pages[i]);
+            report_stats(T, started);
             __atomic_store_n(&T->flush_ack, req, __ATOMIC_RELEASE);
         }
         if (++polls & 63) {
