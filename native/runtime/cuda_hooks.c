@@ -17,6 +17,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 
 #include "devx_state.h"
 #include "repeater.h"
@@ -45,8 +46,6 @@ enum {
 
 static struct {
     void *lib;
-    CUresult (*MemHostAlloc)(void **, size_t, unsigned);
-    CUresult (*MemFreeHost)(void *);
     CUresult (*MemcpyDtoHAsync)(void *, CUdeviceptr, size_t, CUstream);
     CUresult (*StreamCreate)(CUstream *, unsigned);
     CUresult (*StreamSynchronize)(CUstream);
@@ -54,6 +53,8 @@ static struct {
     CUresult (*CtxSetCurrent)(CUcontext);
     CUresult (*PointerGetAttribute)(void *, int, CUdeviceptr);
     CUresult (*MemHostGetDevicePointer)(CUdeviceptr *, void *, unsigned); /* export, if not replaced */
+    CUresult (*MemHostRegister)(void *, size_t, unsigned);                 /* export, if not replaced */
+    CUresult (*MemHostUnregister)(void *);                                 /* export, if not replaced */
     CUresult (*GetErrorString)(CUresult, const char **);
 } drv;
 static pthread_mutex_t drv_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -65,8 +66,6 @@ static void drv_load(void)
     if (!h)
         return;
 #define SYM(field, name) *(void **)&drv.field = dlsym(h, name)
-    SYM(MemHostAlloc, "cuMemHostAlloc");
-    SYM(MemFreeHost, "cuMemFreeHost");
     SYM(MemcpyDtoHAsync, "cuMemcpyDtoHAsync_v2");
     SYM(StreamCreate, "cuStreamCreate");
     SYM(StreamSynchronize, "cuStreamSynchronize");
@@ -74,6 +73,8 @@ static void drv_load(void)
     SYM(CtxSetCurrent, "cuCtxSetCurrent");
     SYM(PointerGetAttribute, "cuPointerGetAttribute");
     SYM(MemHostGetDevicePointer, "cuMemHostGetDevicePointer_v2");
+    SYM(MemHostRegister, "cuMemHostRegister_v2");
+    SYM(MemHostUnregister, "cuMemHostUnregister");
     SYM(GetErrorString, "cuGetErrorString");
 #undef SYM
     __atomic_store_n(&drv.lib, h, __ATOMIC_RELEASE);
@@ -112,6 +113,41 @@ static CUresult real_device_pointer(CUdeviceptr *d, void *p)
     if (!f)
         f = drv.MemHostGetDevicePointer;
     return f ? f(d, p, 0) : CUDA_ERROR_NOT_INITIALIZED;
+}
+
+static CUresult real_register(void *p, size_t n, unsigned flags)
+{
+    CUresult (*f)(void *, size_t, unsigned) = __atomic_load_n(&orig_cuMemHostRegister_v2.ptr, __ATOMIC_ACQUIRE);
+    if (!f)
+        f = drv.MemHostRegister;
+    return f ? f(p, n, flags) : CUDA_ERROR_NOT_INITIALIZED;
+}
+
+static void real_unregister(void *p)
+{
+    CUresult (*f)(void *) = __atomic_load_n(&orig_cuMemHostUnregister.ptr, __ATOMIC_ACQUIRE);
+    if (!f)
+        f = drv.MemHostUnregister;
+    if (f)
+        f(p);
+}
+
+/* Host memory of ours, pinned by registering it with the driver.  Not cuMemHostAlloc: the
+ * driver frees what it allocated when the process tears CUDA down at exit, while a repeater may
+ * still be watching; memory we mapped ourselves stays. */
+static void *pinned(size_t bytes, unsigned flags, CUresult *err)
+{
+    void *p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE, -1, 0);
+    if (p == MAP_FAILED) {
+        *err = CUDA_ERROR_NOT_INITIALIZED;
+        return NULL;
+    }
+    *err = real_register(p, bytes, flags);
+    if (*err != CUDA_SUCCESS) {
+        munmap(p, bytes);
+        return NULL;
+    }
+    return p;
 }
 
 int db_cuda_classify(uint64_t addr, int *gpu)
@@ -198,22 +234,35 @@ static struct db_copier *make_gpu_copier(void *owner, void *cuctx)
     return &c->base;
 }
 
+/* Mirrors are the ring's size rounded to pages; the size is kept in front of the mapping. */
 static void *alloc_pinned(struct db_copier *b, size_t bytes)
 {
     struct cuda_copier *c = (struct cuda_copier *)b;
-    void *p = NULL;
-    if (copier_enter(c) || drv.MemHostAlloc(&p, bytes, CU_MEMHOSTALLOC_PORTABLE) != CUDA_SUCCESS)
-        return calloc(1, bytes); /* pageable: copies are then synchronous, still correct */
-    memset(p, 0, bytes);
-    return p;
+    CUresult err;
+    size_t total = (bytes + 4095 + 4096) & ~(size_t)4095;
+    void *p = copier_enter(c) ? NULL : pinned(total, CU_MEMHOSTALLOC_PORTABLE, &err);
+    if (!p) { /* pageable: copies are then synchronous, still correct */
+        char *q = calloc(1, bytes + 4096);
+        if (!q)
+            return NULL;
+        *(size_t *)q = 0;
+        return q + 4096;
+    }
+    *(size_t *)p = total;
+    return (char *)p + 4096;
 }
 
-static void free_pinned(struct db_copier *b, void *p)
+static void free_pinned(struct db_copier *b, void *m)
 {
     (void)b;
-    if (drv.MemFreeHost && drv.MemFreeHost(p) == CUDA_SUCCESS)
+    char *p = (char *)m - 4096;
+    size_t total = *(size_t *)p;
+    if (!total) {
+        free(p);
         return;
-    free(p);
+    }
+    real_unregister(p);
+    munmap(p, total);
 }
 
 static const struct db_copier_ops cuda_copier_ops = {make_gpu_copier, alloc_pinned, free_pinned};
@@ -265,22 +314,22 @@ static int doorbell_mode(void) { return st_recording() ? st_config()->doorbells 
 /* A fresh pinned page standing in for the UAR page `v`, watched by a repeater.  Lock held. */
 static int substitute(struct devx_uar_view *v)
 {
-    if (!drv_ready() || !drv.MemHostAlloc) {
-        db_error("doorbells", "the CUDA driver lacks cuMemHostAlloc: doorbells of UAR %" PRIu64 " are not watched", v->reg_addr);
+    if (!drv_ready()) {
+        db_error("doorbells", "the CUDA driver is not loaded: doorbells of UAR %" PRIu64 " are not watched", v->reg_addr);
         return -1;
     }
-    void *h = NULL;
-    CUresult r = drv.MemHostAlloc(&h, 4096, CU_MEMHOSTALLOC_PORTABLE | CU_MEMHOSTALLOC_DEVICEMAP);
-    if (r != CUDA_SUCCESS) {
-        db_error("doorbells", "cuMemHostAlloc for the doorbell page: %s; UAR %" PRIu64 " is not watched", cu_err(r), v->reg_addr);
+    CUresult r;
+    void *h = pinned(4096, CU_MEMHOSTALLOC_PORTABLE | CU_MEMHOSTALLOC_DEVICEMAP, &r);
+    if (!h) {
+        db_error("doorbells", "registering the doorbell page: %s; UAR %" PRIu64 " is not watched", cu_err(r), v->reg_addr);
         return -1;
     }
-    memset(h, 0, 4096);
     CUdeviceptr d = 0;
     r = real_device_pointer(&d, h);
     if (r != CUDA_SUCCESS) {
         db_error("doorbells", "device pointer of the doorbell page: %s; UAR %" PRIu64 " is not watched", cu_err(r), v->reg_addr);
-        drv.MemFreeHost(h);
+        real_unregister(h);
+        munmap(h, 4096);
         return -1;
     }
     CUcontext ctx = NULL;
@@ -291,8 +340,9 @@ static int substitute(struct devx_uar_view *v)
     db_params_load(&p, st_config()->doorbells);
     /* the repeater reads the page's starting values here, before the pointer leaves */
     struct db_page *pg = db_page_start(&p, (char *)h + off, (void *)(uintptr_t)v->reg_addr, ctx);
-    if (!pg) {
-        drv.MemFreeHost(h); /* no repeater will ever read it */
+    if (!pg) { /* no repeater will ever read it */
+        real_unregister(h);
+        munmap(h, 4096);
         return -1;
     }
     pg->live->fake_dptr = d + off;
@@ -548,5 +598,5 @@ ST_EXPORT int st_cuda_init(void)
     }
     if (!drv_ready())
         return -1;
-    return drv.MemcpyDtoHAsync && drv.StreamCreate && drv.StreamSynchronize && drv.MemHostAlloc ? 0 : -1;
+    return drv.MemcpyDtoHAsync && drv.StreamCreate && drv.StreamSynchronize && drv.MemHostRegister ? 0 : -1;
 }
