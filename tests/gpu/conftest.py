@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from gdahelp import Run, _env
+from gdahelp import BACKEND, Run, _env
 
 
 @pytest.fixture
@@ -22,7 +22,7 @@ def gda_run(tmp_path):
         counter[0] += 1
         summary = tmp_path / f"summary{counter[0]}.json"
         trace = tmp_path / f"trace{counter[0]}"
-        argv = [str(gda.binary("cpu"))] + list(ex_args) + ["--json", str(summary), "--quiet"]
+        argv = [str(gda.binary(BACKEND))] + list(ex_args) + ["--json", str(summary), "--quiet"]
         if traced:
             argv = [sys.executable, "-m", "sigmatrace.cli.main", "spawn", "--quiet", "--out", str(trace),
                     *(spawn_args or []), "--"] + argv

@@ -12,6 +12,8 @@ from pathlib import Path
 import numpy as np
 
 ROOT = Path(__file__).resolve().parents[2]
+# cpu (CI: CPU threads on the CUDA driver test double) or gpu (the device machine: CUDA kernels)
+BACKEND = os.environ.get("SIGMATRACE_GDA_BACKEND", "cpu")
 
 
 @dataclass
@@ -37,7 +39,7 @@ class Run:
         return [ev for p in TraceDir(self.trace).processes for ev in p.cold()]
 
 
-def _env(backend: str = "cpu") -> dict:
+def _env(backend: str = BACKEND) -> dict:
     from sigmatrace import gda
     env = gda.environment(backend)
     env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")

@@ -15,7 +15,7 @@ import pytest
 
 from sigmatrace.trace.format import RecFlag, RecType
 
-from gdahelp import _env
+from gdahelp import BACKEND, _env
 
 OPS = {"write": 0x08, "read": 0x10, "fadd": 0x12}
 
@@ -210,7 +210,7 @@ def test_controller_killed_mid_run_program_completes(tmp_path):
 
     summary, trace = tmp_path / "s.json", tmp_path / "t"
     argv = [sys.executable, "-m", "sigmatrace.cli.main", "spawn", "--quiet", "--out", str(trace), "--",
-            str(gda.binary("cpu")), "--mode", "ops", "-n", "40000", "--ops", "write,fadd", "--json", str(summary),
+            str(gda.binary(BACKEND)), "--mode", "ops", "-n", "40000", "--ops", "write,fadd", "--json", str(summary),
             "--quiet", "--timeout", "120"]
     ctl = subprocess.Popen(argv, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
     try:
@@ -250,7 +250,7 @@ def test_controller_killed_mid_run_program_completes(tmp_path):
 
 def test_demo_runs_and_prints_the_report(tmp_path):
     env = _env()
-    p = subprocess.run([sys.executable, "-m", "sigmatrace.cli.main", "demo", "--backend", "cpu", "--out",
+    p = subprocess.run([sys.executable, "-m", "sigmatrace.cli.main", "demo", "--backend", BACKEND, "--out",
                         str(tmp_path / "demo"), "-n", "100"], env=env, capture_output=True, text=True, timeout=300)
     assert p.returncode == 0, p.stderr[-3000:]
     assert "GPU doorbells" in p.stdout and "results verified" in p.stdout
@@ -260,3 +260,12 @@ def test_demo_runs_and_prints_the_report(tmp_path):
     assert r["wqes"] == 2 * 100 * 4 and r["wqe_losses"] == 0
     assert r["wqe_ops"] == {"RDMA_WRITE": 400, "RDMA_READ": 200, "ATOMIC_FA": 200}
     assert r["doorbells"] == 2 * 100 * 4 // 4
+
+
+@pytest.mark.skipif(BACKEND != "gpu", reason="the CUDA runtime needs a GPU: run with SIGMATRACE_GDA_BACKEND=gpu on the device machine")
+def test_runtime_api_callers_are_caught(gda_run):
+    """cudaHostRegister / cudaHostGetDevicePointer reach the driver through cuGetProcAddress."""
+    r = gda_run(["--mode", "ops", "-n", "200", "--ops", "write,read,fadd", "--uar-api", "runtime"])
+    check_qp_trace(r.records(), r.summary["qps"][0], 200, ["write", "read", "fadd"])
+    subs = [ev for ev in r.cold() if ev["ev"] == "cu_device_pointer" and ev["substituted"]]
+    assert len(subs) == 1
