@@ -123,7 +123,8 @@ struct st_thread {
     uint64_t drops;              /* records dropped because the ring was full */
     uint32_t tid;
     uint32_t exited;             /* set by the thread-exit destructor */
-    char pad0[8];
+    uint32_t seq;                /* seq of the last record made (1..0xffffffff, then 1) */
+    char pad0[4];
     /* flusher side, its own cache line */
     uint64_t tail __attribute__((aligned(64)));
     int fd;                      /* stream file, opened by the flusher, -1 until then */
@@ -152,7 +153,7 @@ static inline struct st_thread *st_self(void)
 void st_thread_name(const char *name);
 
 /* seq counts 1..0xffffffff, then 1 again (0 means "never written"). */
-static inline uint32_t st_seq_of(uint64_t n) { return (uint32_t)(n % 0xffffffffu) + 1; }
+static inline uint32_t st_seq_next(uint32_t s) { return s == UINT32_MAX ? 1 : s + 1; }
 
 /* Room for one record, or NULL (the drop is counted) when the ring is full or the thread has no
  * ring (aggregate mode).  Fill every field but seq, then st_rec_commit. */
@@ -167,9 +168,17 @@ static inline struct st_record *st_rec_reserve(struct st_thread *t)
 
 static inline void st_rec_commit(struct st_thread *t, struct st_record *r)
 {
-    uint64_t h = t->head;
-    __atomic_store_n(&r->seq, st_seq_of(h), __ATOMIC_RELEASE);
-    __atomic_store_n(&t->head, h + 1, __ATOMIC_RELEASE);
+    uint32_t s = st_seq_next(t->seq);
+    t->seq = s;
+    __atomic_store_n(&r->seq, s, __ATOMIC_RELEASE);
+    __atomic_store_n(&t->head, t->head + 1, __ATOMIC_RELEASE);
+}
+
+/* The record's second word (type, flags, op, aux, qpn) as one store. */
+static inline void st_rec_word1(struct st_record *r, uint8_t type, uint8_t flags, uint8_t op, uint8_t aux, uint32_t qpn)
+{
+    uint64_t w = (uint64_t)type | (uint64_t)flags << 8 | (uint64_t)op << 16 | (uint64_t)aux << 24 | (uint64_t)qpn << 32;
+    __builtin_memcpy(&r->type, &w, 8);
 }
 
 /* Copy one record (seq ignored) into the calling thread's ring.  Returns 1 if recorded, 0 if
@@ -265,7 +274,7 @@ int st_flusher_start(uint32_t gen);       /* rt_flush.c */
 void st_flusher_stop(void);               /* final drain, joins the flusher */
 int st_flusher_is_self(void);
 void st_flusher_forget(void);             /* in a forked child */
-void st_threads_reap(void);               /* rt_thread.c: free exited, drained threads */
+void st_threads_reap(uint32_t gen);       /* rt_thread.c: free exited, drained threads */
 void st_threads_forget(void);             /* in a forked child */
 struct st_thread *st_threads_head(void);
 int st_live_open(const char *dir, int mode, int doorbells, int attached); /* rt_live.c */

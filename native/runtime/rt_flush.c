@@ -15,7 +15,6 @@
 
 #include "rt.h"
 
-void st_threads_reap(void);
 
 static pthread_t st_flusher_tid;
 static int st_flusher_running;
@@ -173,7 +172,7 @@ static void *st_flusher_main(void *arg)
     clock_gettime(CLOCK_MONOTONIC, &last_cal);
     while (!__atomic_load_n(&st_flusher_quit, __ATOMIC_ACQUIRE)) {
         double fullest = st_flush_pass(gen);
-        st_threads_reap();
+        st_threads_reap(gen);
         struct timespec now;
         clock_gettime(CLOCK_MONOTONIC, &now);
         if (now.tv_sec - last_cal.tv_sec >= 1) {

@@ -83,6 +83,7 @@ static int st_thread_reset(struct st_thread *t, uint32_t gen)
         t->tail_cache = 0;
     }
     t->drops = 0;
+    t->seq = 0;
     t->tail = 0;
     t->flushed_drops = 0;
     if (t->fd >= 0) {
@@ -175,15 +176,16 @@ void st_threads_stop_all(void)
     }
 }
 
-/* Flusher only: unlink and free the states of threads that exited and were drained. */
-void st_threads_reap(void)
+/* Flusher only: unlink and free the states of threads that exited and were drained (a thread
+ * of an earlier session was drained when that session stopped). */
+void st_threads_reap(uint32_t gen)
 {
     struct st_thread **pp = &st_all;
     struct st_thread *t = __atomic_load_n(pp, __ATOMIC_ACQUIRE);
     while (t) {
         struct st_thread *next = t->next;
         int dead = __atomic_load_n(&t->exited, __ATOMIC_ACQUIRE) &&
-                   (t->gen != st_g.gen || t->tail == __atomic_load_n(&t->head, __ATOMIC_ACQUIRE));
+                   (t->gen != gen || !t->ring || t->tail == __atomic_load_n(&t->head, __ATOMIC_ACQUIRE));
         if (!dead || t->fd >= 0) { /* streams are closed by the flusher first (st_flush_thread) */
             pp = &t->next;
             t = next;

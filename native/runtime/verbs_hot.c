@@ -66,15 +66,16 @@ static inline const struct st_ctx_entry *st_ctx_of(struct ibv_context *ctx, int 
 
 /* ---- per-call helpers ---- */
 
-static inline uint8_t st_send_flags(unsigned int f)
-{
-    uint8_t r = 0;
-    if (f & IBV_SEND_SIGNALED) r |= ST_F_SIGNALED;
-    if (f & IBV_SEND_INLINE) r |= ST_F_INLINE;
-    if (f & IBV_SEND_SOLICITED) r |= ST_F_SOLICITED;
-    if (f & IBV_SEND_FENCE) r |= ST_F_FENCE;
-    return r;
-}
+#define ST_ALWAYS_INLINE inline __attribute__((always_inline))
+
+/* IBV_SEND_FENCE 1, SIGNALED 2, SOLICITED 4, INLINE 8 -> ST_F_* by table */
+#define F_(i) ((((i) & IBV_SEND_SIGNALED) ? ST_F_SIGNALED : 0) | (((i) & IBV_SEND_INLINE) ? ST_F_INLINE : 0) | \
+               (((i) & IBV_SEND_SOLICITED) ? ST_F_SOLICITED : 0) | (((i) & IBV_SEND_FENCE) ? ST_F_FENCE : 0))
+static const uint8_t st_flag_table[16] = {F_(0), F_(1), F_(2), F_(3), F_(4), F_(5), F_(6), F_(7),
+                                          F_(8), F_(9), F_(10), F_(11), F_(12), F_(13), F_(14), F_(15)};
+#undef F_
+
+static inline uint8_t st_send_flags(unsigned int f) { return st_flag_table[f & 15]; }
 
 static inline uint64_t st_sge_bytes(const struct ibv_sge *sg, int n)
 {
@@ -122,7 +123,7 @@ static inline struct st_live_qp_agg *st_agg(struct st_live_thread *l, uint32_t q
 }
 
 /* Counts of one post_send call (every mode); `end` is where posting stopped (bad_wr). */
-static inline void st_count_sends(struct st_live_thread *l, struct ibv_qp *qp, struct ibv_send_wr *wr,
+static ST_ALWAYS_INLINE void st_count_sends(struct st_live_thread *l, struct ibv_qp *qp, struct ibv_send_wr *wr,
                                   struct ibv_send_wr *end, uint32_t *nwr_out, uint64_t *bytes_out,
                                   uint8_t *flags_out)
 {
@@ -181,11 +182,8 @@ static int st_post_send_simple(struct ibv_qp *qp, struct ibv_send_wr *wr, struct
     if (ST_LIKELY(r != NULL)) {
         uint64_t addr = 0;
         r->ts = ts;
-        r->type = ST_REC_POST_SEND;
-        r->flags = flags | (ret ? ST_F_ERR : 0) | (bytes > UINT32_MAX ? ST_F_TRUNC : 0);
-        r->op = wr ? (uint8_t)wr->opcode : 0;
-        r->aux = 0;
-        r->qpn = qp->qp_num;
+        st_rec_word1(r, ST_REC_POST_SEND, flags | (ret ? ST_F_ERR : 0) | (bytes > UINT32_MAX ? ST_F_TRUNC : 0),
+                     wr ? (uint8_t)wr->opcode : 0, 0, qp->qp_num);
         r->len = bytes > UINT32_MAX ? UINT32_MAX : (uint32_t)bytes;
         r->key = wr ? st_wr_remote_key(qp, wr, &addr) : 0;
         r->addr = addr;
@@ -258,7 +256,7 @@ static int st_post_send_full(struct ibv_qp *qp, struct ibv_send_wr *wr, struct i
 
 /* ---- post_recv / post_srq_recv ---- */
 
-static inline void st_count_recvs(struct st_live_thread *l, int call, struct ibv_recv_wr *wr, struct ibv_recv_wr *end)
+static ST_ALWAYS_INLINE void st_count_recvs(struct st_live_thread *l, int call, struct ibv_recv_wr *wr, struct ibv_recv_wr *end)
 {
     uint64_t n = 0, bytes = 0;
     for (struct ibv_recv_wr *w = wr; w && w != end; w = w->next) {
@@ -270,7 +268,7 @@ static inline void st_count_recvs(struct st_live_thread *l, int call, struct ibv
     l->recv_bytes += bytes;
 }
 
-static inline void st_record_recvs(struct st_thread *t, uint64_t ts, uint8_t type, uint32_t qpn, uint32_t srq,
+static ST_ALWAYS_INLINE void st_record_recvs(struct st_thread *t, uint64_t ts, uint8_t type, uint32_t qpn, uint32_t srq,
                                    struct ibv_recv_wr *wr, struct ibv_recv_wr *end, int ret)
 {
     for (struct ibv_recv_wr *w = wr; w; w = w->next) {
@@ -344,7 +342,7 @@ static int st_post_srq_recv_full(struct ibv_srq *srq, struct ibv_recv_wr *wr, st
 
 /* ---- poll_cq ---- */
 
-static inline void st_count_completions(struct st_live_thread *l, const struct ibv_wc *wc, int n)
+static ST_ALWAYS_INLINE void st_count_completions(struct st_live_thread *l, const struct ibv_wc *wc, int n)
 {
     l->calls[ST_CALL_POLL_CQ]++;
     if (n <= 0)

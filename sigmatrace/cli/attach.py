@@ -37,8 +37,6 @@ def register(app: typer.Typer) -> None:
         ui = CaptureUI() if quiet else RichUI(verbose=verbose)
         if warning:
             ui.warning(warning)
-        if not quiet and duration is None:
-            ui.status(f"tracing pid {pid}; Ctrl-C to stop (the process keeps running)")
         result = Controller(opts, ui).attach(pid, duration=duration)
         if not quiet:
             ui.status(f"{result.status}; trace written to {result.out} (sigmatrace report {result.out})")

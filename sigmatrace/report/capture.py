@@ -51,6 +51,10 @@ def _process_summary(p, qps: dict, totals: dict) -> dict:
         cov = int(h["coverage"])
         proc["coverage"] = {name: bool(cov & bit) for name, bit in STAGES}
         proc["state"] = _enum_name(lv.State, h["state"])
+        if proc["state"] == "tracing" and p.meta.get("end"):
+            # the runtime never ran its end: the image was replaced (exec) or the process ended
+            # without its exit path (a signal, _exit); what was flushed is all there is
+            proc["state"] = "replaced_by_exec" if p.meta["end"] == "replaced by exec" else "ended_abruptly"
         proc["mode"] = _enum_name(lv.Mode, h["mode"])
         for pr in h["providers"][:int(h["n_providers"])]:
             proc["providers"][bytes(pr["name"]).rstrip(b"\0").decode()] = PROVIDER_STATES.get(int(pr["state"]), int(pr["state"]))
@@ -92,7 +96,8 @@ def _process_summary(p, qps: dict, totals: dict) -> dict:
                     q[k] = ev[k]
         elif kind == "qp_query" and ev.get("qpn"):
             q = _qp(qps, p, int(ev["qpn"]))
-            q.setdefault("known_from", "query")
+            if q["known_from"] == "seen":
+                q["known_from"] = "query"
             q["type"] = q.get("type") or ev.get("type")
             if ev.get("state"):
                 q["state"] = ev["state"]
@@ -151,9 +156,12 @@ def compute(td: TraceDir) -> dict:
         peers = [r for r in by_qpn.get(q["remote_qpn"], []) if r["remote_qpn"] == q["qpn"] and r is not q]
         q["remote_pid"] = peers[0]["pid"] if len(peers) == 1 else None
     session = td.session or {}
+    status = session.get("status")
+    if status in (None, "running") and any(pr["state"] == "controller_lost" for pr in processes):
+        status = "controller_lost"  # the controller was killed; the runtime finished on its own
     return {
         "mode": session.get("mode"),
-        "status": session.get("status"),
+        "status": status,
         "calls": dict(sorted(totals["calls"].items())),
         "ops": dict(sorted(totals["ops"].items())),
         "bytes": totals["bytes"],
