@@ -92,7 +92,7 @@ def main() -> int:
     from rich.console import Console
     from rich.table import Table
 
-    con = Console()
+    con = Console(width=150)
     con.print(f"[bold]doorbell benchmark[/]: backend {backend} ({'CUDA kernels' if backend == 'gpu' else 'CPU stand-in'}), "
               f"{a.rounds} rounds, emulated NIC")
     workloads = {
