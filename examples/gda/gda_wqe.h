@@ -37,6 +37,7 @@ struct gda_sq {
     uint32_t pi;               /* next free basic block (16-bit wrap is the hardware's) */
     uint32_t db_style;
     uint32_t last_w0, last_w1; /* first two words of the last WQE built (for GDA_DB_LAST) */
+    uint32_t host_queues;      /* queues in host memory: order stores at system scope */
 };
 
 /* A completion queue of 64-byte CQEs. */
@@ -148,9 +149,15 @@ GDA_FN uint64_t gda_ring(struct gda_sq *sq)
         v = ((uint64_t)sq->last_w1 << 32) | sq->last_w0;
     else
         v = ((uint64_t)gda_bswap32(sq->qpn << 8) << 32) | gda_bswap32((sq->pi & 0xffff) << 8);
-    gda_fence();
+    if (sq->host_queues) /* the NIC reads WQEs and the record from host memory */
+        gda_fence_system();
+    else
+        gda_fence();
     gda_st32(&sq->dbrec[1], gda_bswap32(sq->pi & 0xffff));
-    gda_fence();
+    if (sq->host_queues)
+        gda_fence_system();
+    else
+        gda_fence();
     gda_st64_mmio(sq->db, v);
     return v;
 }

@@ -64,13 +64,15 @@ def test_wqe_parser_on_handwritten_wqes(progs):
     assert p.stdout.strip() == "checks 26 failures 0"
 
 
-@pytest.mark.parametrize("threshold,slots,effective", [(1, 64, 1), (128, 256, 128), (128, 64, 32), (64, 64, 32)])
-def test_one_doorbell_per_operation_every_wqe_exact(progs, threshold, slots, effective):
-    """Batch thresholds 1, 128 and the ring size (clamped to half the ring): N operations of each
-    kind rung one per doorbell give exactly N doorbells per kind and every WQE."""
+@pytest.mark.parametrize("threshold,slots,effective,before", [(1, 64, 1, 0), (128, 256, 128, 0), (128, 64, 32, 0),
+                                                              (64, 64, 32, 0), (1, 64, 1, 1), (128, 64, 32, 1)])
+def test_one_doorbell_per_operation_every_wqe_exact(progs, threshold, slots, effective, before):
+    """Batch thresholds 1, 128 and the ring size (clamped to half the ring), with the copy made
+    after the forward (default) or before it: N operations of each kind rung one per doorbell
+    give exactly N doorbells per kind and every WQE."""
     n_per_kind = 1000
     d = run(progs, "--ops", str(3 * n_per_kind), "--kinds", "write,read,fadd", "--slots", str(slots),
-            "--copier", "eager", "--cfg", f"wqe_batch={threshold}")
+            "--copier", "eager", "--cfg", f"wqe_batch={threshold}", "--cfg", f"wqe_copy_before_forward={before}")
     q = d["qps"][0]
     assert_all_recovered(q, 3 * n_per_kind)
     assert q["rung"] == q["db_recs"] == q["nic_values"] == 3 * n_per_kind
