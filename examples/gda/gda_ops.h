@@ -56,6 +56,7 @@ struct gda_qp_view {
     uint64_t status;         /* enum gda_status */
     uint32_t err_opcode, err_syndrome;
     uint64_t t_start, t_end; /* ns (globaltimer / CLOCK_MONOTONIC) */
+    uint64_t t_issue;        /* rate mode: when the last doorbell was rung (before the drain) */
     uint64_t *lat;           /* latency samples, ns (may be NULL) */
 };
 
@@ -253,6 +254,7 @@ GDA_NOINLINE void gda_prog_rate(struct gda_qp_view *q, const struct gda_cfg *c)
             in_batch = 0;
         }
     }
+    q->t_issue = gda_time_ns();
     if (!gda_wait_room(q, c, &done, 1))
         return;
     q->t_end = gda_time_ns();

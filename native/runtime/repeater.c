@@ -95,7 +95,8 @@ void db_params_load(struct db_params *p, int mode)
     memset(p, 0, sizeof(*p));
     p->mode = mode;
     p->wqe_batch = cfg_u32("wqe_batch", 128);
-    p->copy_before_forward = (int)cfg_u32("wqe_copy_before_forward", 0);
+    p->copy_before_forward = (int)cfg_u32("wqe_copy_before_forward", 1);
+    p->copy_chunk = cfg_u32("wqe_copy_chunk", 1);
     p->spin_us = cfg_u32("repeater_spin_us", 200);
     p->pause_us = cfg_u32("repeater_pause_us", 2000);
     p->sleep_us = cfg_u32("repeater_sleep_us", 5);
@@ -258,6 +259,9 @@ static void prepare_recovery(struct db_page *pg, struct db_qp *q)
         db_error("wqe_recovery", "qp 0x%x: cannot track a send queue of %u blocks", q->qpn, q->slots);
         return;
     }
+    q->rec.copy_chunk = pg->thread->p.copy_chunk < 1 ? 1 : pg->thread->p.copy_chunk;
+    if (q->rec.copy_chunk > q->rec.threshold)
+        q->rec.copy_chunk = q->rec.threshold;
     q->rec.copies = &pg->live->copies;
     q->rec.syncs = &pg->live->syncs;
     /* recovery starts at the producer index the QP has now */
@@ -298,8 +302,9 @@ static void on_doorbell(struct db_rthread *T, struct db_page *pg, uint64_t raw, 
         }
         delta = d;
     }
-    /* WQE recovery copies the newly announced blocks; by default after the forward, so that the
-     * NIC never waits for the copy's enqueue (docs/doorbells.md measures both orders) */
+    /* WQE recovery copies the newly announced blocks before the forward (the paper's order: the
+     * GPU can reuse a slot only after the NIC completed it); wqe_copy_before_forward=0 forwards
+     * first (docs/doorbells.md measures both) */
     int recover = q && delta && T->p.mode == ST_DB_WQE && db_recording();
     if (recover && T->p.copy_before_forward)
         recover_blocks(pg, q, delta, ts);
