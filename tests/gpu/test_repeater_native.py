@@ -95,8 +95,12 @@ def test_copies_cover_ranges_of_blocks(progs, chunk):
             "--cfg", "wqe_batch=32")
     q = d["qps"][0]
     assert_all_recovered(q, 3200)
-    assert q["repeater"]["copies"] == 3200 // chunk
-    assert q["repeater"]["syncs"] >= 3200 // 32
+    rep = q["repeater"]
+    assert rep["syncs"] >= 3200 // 32
+    # a copy covers `chunk` blocks, or less when the queue went quiet and was flushed early
+    assert 3200 // chunk <= rep["copies"] <= 3200 // chunk + rep["syncs"]
+    if chunk == 1:
+        assert rep["copies"] == 3200
 
 
 def test_coalesced_doorbells_still_account_every_wqe(progs):
