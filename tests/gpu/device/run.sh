@@ -36,5 +36,5 @@ if has checks; then
 fi
 if has bench; then
   echo "== benchmark"
-  timeout 440 python3 bench/doorbell_bench.py --backend gpu --rounds 3 --json "$OUT/bench.json" 2>&1 | tee "$OUT/bench.log"
+  timeout 440 python3 bench/doorbell_bench.py --backend gpu --rounds 3 ${BENCH_ARGS:-} --json "$OUT/bench.json" 2>&1 | tee "$OUT/bench.log"
 fi
