@@ -66,6 +66,7 @@ struct opts {
     int uar_runtime;
     int inline_data;
     int host_queues;    /* send/completion queues and records in pinned host memory */
+    int fenced_dbrec;   /* a fence between the WQEs and the doorbell record too */
     uint32_t sig_every;
     double timeout_s;
     double gap_us;
@@ -97,6 +98,8 @@ static void usage(FILE *f)
             "      --uar-flags F     auto (default): I/O memory, else DEVICEMAP|PORTABLE; iomem; devmap\n"
             "      --uar-api API     driver (default) or runtime (cudaHostRegister; GPU build only)\n"
             "      --inline          rate mode: inline data instead of a pointer\n"
+            "      --ordering O      fence (default): WQEs and doorbell record, one fence, the doorbell;\n"
+            "                        fenced-dbrec: a fence before the doorbell record as well\n"
             "      --queues WHERE    gpu (default): queues and doorbell records in GPU memory; host: in\n"
             "                        pinned host memory the GPU writes over PCIe\n"
             "      --sig-every K     rate / pingpong: signal one WQE in K (default slots/4)\n"
@@ -137,7 +140,7 @@ static int parse_opts(int argc, char **argv, struct opts *o)
         {"batch", 1, 0, 'b'},    {"slots", 1, 0, 's'},  {"area", 1, 0, 'A'},      {"warmup", 1, 0, 'w'},
         {"op", 1, 0, 'o'},       {"db-style", 1, 0, 'D'}, {"resolve", 1, 0, 'R'}, {"uar-flags", 1, 0, 'U'},
         {"uar-api", 1, 0, 'P'},  {"inline", 0, 0, 'I'}, {"sig-every", 1, 0, 'S'}, {"timeout", 1, 0, 'T'},
-        {"dev", 1, 0, 'd'},      {"quiet", 0, 0, 'Q'},  {"help", 0, 0, 'h'},      {"json", 1, 0, 'J'},     {"gap-us", 1, 0, 'G'},    {"queues", 1, 0, 'W'},
+        {"dev", 1, 0, 'd'},      {"quiet", 0, 0, 'Q'},  {"help", 0, 0, 'h'},      {"json", 1, 0, 'J'},     {"gap-us", 1, 0, 'G'},    {"queues", 1, 0, 'W'},    {"ordering", 1, 0, 'F'},
         {0, 0, 0, 0}};
     *o = (struct opts){.mode = GDA_MODE_OPS, .kinds = GDA_K_WRITE | GDA_K_READ | GDA_K_FADD, .n = 1000, .pairs = 1,
                        .batch = 1, .slots = 64, .area = 16, .warmup = 100, .lat_kind = GDA_K_WRITE,
@@ -197,6 +200,13 @@ static int parse_opts(int argc, char **argv, struct opts *o)
         case 'Q': o->quiet = 1; break;
         case 'J': o->json = optarg; break;
         case 'G': o->gap_us = strtod(optarg, NULL); break;
+        case 'F':
+            if (strcmp(optarg, "fence") && strcmp(optarg, "fenced-dbrec")) {
+                fprintf(stderr, "gda_example: --ordering takes fence or fenced-dbrec\n");
+                return -1;
+            }
+            o->fenced_dbrec = !strcmp(optarg, "fenced-dbrec");
+            break;
         case 'W':
             if (strcmp(optarg, "gpu") && strcmp(optarg, "host")) {
                 fprintf(stderr, "gda_example: --queues takes gpu or host\n");
@@ -855,7 +865,8 @@ int main(int argc, char **argv)
         struct gda_qp_view *v = &views[nthreads];
         v->sq = (struct gda_sq){.buf = (uint8_t *)(uintptr_t)r->wq.dev, .dbrec = (volatile uint32_t *)(uintptr_t)r->dbr.dev,
                                 .db = (volatile uint64_t *)(uintptr_t)r->db, .slots = c.o.slots, .qpn = r->qpn,
-                                .db_style = c.o.db_style, .host_queues = (uint32_t)c.o.host_queues};
+                                .db_style = c.o.db_style, .host_queues = (uint32_t)c.o.host_queues,
+                                .fenced_dbrec = (uint32_t)c.o.fenced_dbrec};
         v->cq = (struct gda_cq){.buf = (uint8_t *)(uintptr_t)r->cq.dev,
                                 .dbrec = (volatile uint32_t *)(uintptr_t)(r->dbr.dev + 32), .log_size = r->log_cq};
         v->lkey = r->mr->lkey;
