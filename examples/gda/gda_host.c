@@ -20,6 +20,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <infiniband/mlx5dv.h>
@@ -70,6 +71,7 @@ struct opts {
     uint32_t sig_every;
     double timeout_s;
     double gap_us;
+    double start_delay_s; /* wait before setting anything up (to attach a tracer first) */
     const char *dev;
     const char *json;   /* write the summary here instead of stdout */
     int quiet;
@@ -105,6 +107,7 @@ static void usage(FILE *f)
             "      --sig-every K     rate / pingpong: signal one WQE in K (default slots/4)\n"
             "      --timeout S       fail a wait after S seconds (default 30)\n"
             "      --gap-us U        latency mode: stay idle U microseconds between operations\n"
+            "      --start-delay S   wait S seconds before setting anything up\n"
             "  -d, --dev NAME        RDMA device (default: the first)\n"
             "      --json FILE       write the JSON summary to FILE instead of stdout\n"
             "      --quiet           no progress on stderr\n"
@@ -140,7 +143,7 @@ static int parse_opts(int argc, char **argv, struct opts *o)
         {"batch", 1, 0, 'b'},    {"slots", 1, 0, 's'},  {"area", 1, 0, 'A'},      {"warmup", 1, 0, 'w'},
         {"op", 1, 0, 'o'},       {"db-style", 1, 0, 'D'}, {"resolve", 1, 0, 'R'}, {"uar-flags", 1, 0, 'U'},
         {"uar-api", 1, 0, 'P'},  {"inline", 0, 0, 'I'}, {"sig-every", 1, 0, 'S'}, {"timeout", 1, 0, 'T'},
-        {"dev", 1, 0, 'd'},      {"quiet", 0, 0, 'Q'},  {"help", 0, 0, 'h'},      {"json", 1, 0, 'J'},     {"gap-us", 1, 0, 'G'},    {"queues", 1, 0, 'W'},    {"ordering", 1, 0, 'F'},
+        {"dev", 1, 0, 'd'},      {"quiet", 0, 0, 'Q'},  {"help", 0, 0, 'h'},      {"json", 1, 0, 'J'},     {"gap-us", 1, 0, 'G'},    {"queues", 1, 0, 'W'},    {"ordering", 1, 0, 'F'},  {"start-delay", 1, 0, 'Y'},
         {0, 0, 0, 0}};
     *o = (struct opts){.mode = GDA_MODE_OPS, .kinds = GDA_K_WRITE | GDA_K_READ | GDA_K_FADD, .n = 1000, .pairs = 1,
                        .batch = 1, .slots = 64, .area = 16, .warmup = 100, .lat_kind = GDA_K_WRITE,
@@ -200,6 +203,7 @@ static int parse_opts(int argc, char **argv, struct opts *o)
         case 'Q': o->quiet = 1; break;
         case 'J': o->json = optarg; break;
         case 'G': o->gap_us = strtod(optarg, NULL); break;
+        case 'Y': o->start_delay_s = strtod(optarg, NULL); break;
         case 'F':
             if (strcmp(optarg, "fence") && strcmp(optarg, "fenced-dbrec")) {
                 fprintf(stderr, "gda_example: --ordering takes fence or fenced-dbrec\n");
@@ -835,6 +839,11 @@ int main(int argc, char **argv)
     if (parse_opts(argc, argv, &c.o))
         return 2;
     setvbuf(stdout, NULL, _IOFBF, 1 << 16);
+    if (c.o.start_delay_s > 0) {
+        struct timespec ts = {(time_t)c.o.start_delay_s, (long)((c.o.start_delay_s - (time_t)c.o.start_delay_s) * 1e9)};
+        while (nanosleep(&ts, &ts) && errno == EINTR)
+            ;
+    }
     char err[512];
     if (gda_cu_load(&cu, c.o.procaddress, err, sizeof(err))) {
         fprintf(stderr, "gda_example: %s\n", err);

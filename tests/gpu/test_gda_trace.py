@@ -289,3 +289,30 @@ def test_queues_in_host_memory(gda_run):
     assert c["mem"] == "host" and c["gpu"] == -1
     rep = r.report()
     assert rep["repeaters"][0]["syncs"] == 0  # host copies are plain memcpy: nothing to wait for
+
+
+def test_attach_before_the_doorbells_are_mapped(tmp_path):
+    """`sigmatrace attach` while the program has not mapped its doorbell yet: everything after
+    the attach is substituted and recovered exactly as under spawn."""
+    from sigmatrace import gda
+    from sigmatrace.trace.reader import TraceDir
+
+    summary, trace = tmp_path / "s.json", tmp_path / "t"
+    prog = subprocess.Popen([str(gda.binary(BACKEND)), "--mode", "ops", "-n", "200", "--ops", "write,fadd",
+                             "--start-delay", "3", "--json", str(summary), "--quiet"], env=_env(),
+                            start_new_session=True)
+    try:
+        att = subprocess.run([sys.executable, "-m", "sigmatrace.cli.main", "attach", "--quiet", "--pid", str(prog.pid),
+                              "--duration", "20", "--out", str(trace)], env=_env(), capture_output=True, text=True,
+                             timeout=120)
+        assert prog.wait(timeout=60) == 0
+    finally:
+        if prog.poll() is None:
+            prog.kill()
+    s = json.loads(summary.read_text())
+    assert att.returncode == 0, att.stderr[-3000:]
+    assert s["verify"]["ok"]
+    p = TraceDir(trace).processes[0]
+    assert p.meta.get("attached") is True
+    recs = np.concatenate([st.read() for st in p.streams()])
+    check_qp_trace(recs, s["qps"][0], 200, ["write", "fadd"])
