@@ -316,3 +316,20 @@ def test_attach_before_the_doorbells_are_mapped(tmp_path):
     assert p.meta.get("attached") is True
     recs = np.concatenate([st.read() for st in p.streams()])
     check_qp_trace(recs, s["qps"][0], 200, ["write", "fadd"])
+
+
+def test_repeater_cpus_pins_the_repeater(gda_run):
+    r = gda_run(["--mode", "ops", "-n", "50", "--ops", "write"], spawn_args=["--repeater-cpus", "0"])
+    rep = r.report()["repeaters"]
+    assert [x["cpu"] for x in rep] == [0]
+    assert [ev["cpu"] for ev in r.cold() if ev["ev"] == "repeater_start"] == [0]
+
+
+@pytest.mark.parametrize("bad,msg", [(["--repeater-cpus", "two"], "not a CPU list"),
+                                     (["--repeater-cpus", "100000"], "not available here"),
+                                     (["--doorbells", "all"], "takes wqe or forward")])
+def test_bad_doorbell_options_are_one_line_errors(tmp_path, bad, msg):
+    p = subprocess.run([sys.executable, "-m", "sigmatrace.cli.main", "spawn", *bad, "--out", str(tmp_path / "t"),
+                        "--", "/bin/true"], env=_env(), capture_output=True, text=True, timeout=60)
+    assert p.returncode != 0 and msg in p.stderr and "Traceback" not in p.stderr
+    assert not (tmp_path / "t").exists()
