@@ -60,31 +60,46 @@ struct gda_qp_view {
     uint64_t *lat;           /* latency samples, ns (may be NULL) */
 };
 
+/* A wait that has lasted longer than the timeout fails the run (a lost doorbell must not hang
+ * the GPU): checked every 1024 turns of a polling loop.  Returns 1, with q->status set, then. */
+GDA_FN int gda_too_long(struct gda_qp_view *q, const struct gda_cfg *c, uint64_t *t0, uint32_t spins)
+{
+    if (spins & 1023)
+        return 0;
+    uint64_t t = gda_time_ns();
+    if (!*t0) {
+        *t0 = t;
+        return 0;
+    }
+    if (t - *t0 <= c->timeout_ns)
+        return 0;
+    q->status = GDA_ERR_TIMEOUT;
+    return 1;
+}
+
+/* Count a CQE taken from the queue; 0 (q->status set) if it reports an error. */
+GDA_FN int gda_cqe_ok(struct gda_qp_view *q, const struct gda_cqe *e)
+{
+    q->cqes++;
+    if (e->opcode == GDA_CQE_REQ_ERR || e->opcode > 4) {
+        q->status = GDA_ERR_CQE;
+        q->err_opcode = e->opcode;
+        q->err_syndrome = e->syndrome;
+        return 0;
+    }
+    return 1;
+}
+
 /* Wait for the next CQE.  Returns 1, or 0 with q->status set (error CQE or timeout). */
 GDA_FN int gda_wait_cqe(struct gda_qp_view *q, const struct gda_cfg *c, struct gda_cqe *e)
 {
     uint64_t t0 = 0;
     uint32_t turns = 0;
     for (uint32_t spins = 0;; spins++) {
-        if (gda_cq_poll(&q->cq, e)) {
-            q->cqes++;
-            if (e->opcode == GDA_CQE_REQ_ERR || e->opcode > 4) {
-                q->status = GDA_ERR_CQE;
-                q->err_opcode = e->opcode;
-                q->err_syndrome = e->syndrome;
-                return 0;
-            }
-            return 1;
-        }
-        if ((spins & 1023) == 0) {
-            uint64_t t = gda_time_ns();
-            if (!t0)
-                t0 = t;
-            else if (t - t0 > c->timeout_ns) {
-                q->status = GDA_ERR_TIMEOUT;
-                return 0;
-            }
-        }
+        if (gda_cq_poll(&q->cq, e))
+            return gda_cqe_ok(q, e);
+        if (gda_too_long(q, c, &t0, spins))
+            return 0;
         gda_spin(&turns);
     }
 }
@@ -94,13 +109,8 @@ GDA_FN int gda_reap(struct gda_qp_view *q, uint32_t *done)
 {
     struct gda_cqe e;
     while (gda_cq_poll(&q->cq, &e)) {
-        q->cqes++;
-        if (e.opcode == GDA_CQE_REQ_ERR || e.opcode > 4) {
-            q->status = GDA_ERR_CQE;
-            q->err_opcode = e.opcode;
-            q->err_syndrome = e.syndrome;
+        if (!gda_cqe_ok(q, &e))
             return 0;
-        }
         /* the completed WQE is one block; it and everything before it are done */
         *done += (uint16_t)((uint16_t)(e.wqe_counter + 1) - (uint16_t)*done);
     }
@@ -113,17 +123,21 @@ GDA_FN int gda_wait_room(struct gda_qp_view *q, const struct gda_cfg *c, uint32_
     uint64_t t0 = 0;
     uint32_t turns = 0;
     for (uint32_t spins = 0; q->sq.pi - *done >= limit; spins++) {
-        if (!gda_reap(q, done))
+        if (!gda_reap(q, done) || gda_too_long(q, c, &t0, spins))
             return 0;
-        if ((spins & 1023) == 0) {
-            uint64_t t = gda_time_ns();
-            if (!t0)
-                t0 = t;
-            else if (t - t0 > c->timeout_ns) {
-                q->status = GDA_ERR_TIMEOUT;
-                return 0;
-            }
-        }
+        gda_spin(&turns);
+    }
+    return 1;
+}
+
+/* Wait until the peer wrote `value` into `flag`. */
+GDA_FN int gda_wait_flag(struct gda_qp_view *q, const struct gda_cfg *c, volatile uint64_t *flag, uint64_t value)
+{
+    uint64_t t0 = 0;
+    uint32_t turns = 0;
+    for (uint32_t spins = 0; gda_ld64(flag) != value; spins++) {
+        if (gda_too_long(q, c, &t0, spins))
+            return 0;
         gda_spin(&turns);
     }
     return 1;
@@ -268,22 +282,9 @@ GDA_NOINLINE void gda_prog_pingpong(struct gda_qp_view *q, const struct gda_cfg 
     volatile uint64_t *flag = (volatile uint64_t *)(q->lbuf + GDA_FLAG(S));
     uint32_t done = q->sq.pi, since_sig = 0;
     for (uint64_t i = 1; i <= c->warmup + c->n; i++) {
-        uint64_t t0 = gda_time_ns(), tw = 0;
-        uint32_t turns = 0;
-        if (q->role == 1) { /* responder: wait first */
-            for (uint32_t spins = 0; gda_ld64(flag) != i; spins++) {
-                if ((spins & 1023) == 0) {
-                    uint64_t t = gda_time_ns();
-                    if (!tw)
-                        tw = t;
-                    else if (t - tw > c->timeout_ns) {
-                        q->status = GDA_ERR_TIMEOUT;
-                        return;
-                    }
-                }
-                gda_spin(&turns);
-            }
-        }
+        uint64_t t0 = gda_time_ns();
+        if (q->role == 1 && !gda_wait_flag(q, c, flag, i)) /* responder: wait first */
+            return;
         if (q->sq.pi - done >= q->sq.slots / 2 && !gda_wait_room(q, c, &done, q->sq.slots / 2))
             return;
         int sig = ++since_sig >= c->sig_every || i == c->warmup + c->n; /* the last one too */
@@ -295,19 +296,8 @@ GDA_NOINLINE void gda_prog_pingpong(struct gda_qp_view *q, const struct gda_cfg 
         q->doorbells++;
         q->signaled += sig;
         if (q->role == 0) { /* initiator: wait for the echo */
-            tw = 0;
-            for (uint32_t spins = 0; gda_ld64(flag) != i; spins++) {
-                if ((spins & 1023) == 0) {
-                    uint64_t t = gda_time_ns();
-                    if (!tw)
-                        tw = t;
-                    else if (t - tw > c->timeout_ns) {
-                        q->status = GDA_ERR_TIMEOUT;
-                        return;
-                    }
-                }
-                gda_spin(&turns);
-            }
+            if (!gda_wait_flag(q, c, flag, i))
+                return;
             uint64_t t1 = gda_time_ns();
             if (i == c->warmup + 1)
                 q->t_start = t0;
