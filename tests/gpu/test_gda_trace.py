@@ -333,3 +333,36 @@ def test_bad_doorbell_options_are_one_line_errors(tmp_path, bad, msg):
                         "--", "/bin/true"], env=_env(), capture_output=True, text=True, timeout=60)
     assert p.returncode != 0 and msg in p.stderr and "Traceback" not in p.stderr
     assert not (tmp_path / "t").exists()
+
+
+@pytest.mark.parametrize("mode", [["--mode", "latency", "-n", "300", "-w", "20", "--op", "fadd"],
+                                  ["--mode", "rate", "-n", "5000", "--qps", "3", "--batch", "8"]])
+def test_latency_and_rate_modes_traced(gda_run, mode):
+    r = gda_run(mode)
+    rep = r.report()
+    posted = sum(q["wqes"] for q in r.summary["qps"])
+    assert rep["wqes"] == posted and rep["wqe_losses"] == 0
+    assert len(rep["repeaters"]) == len(r.summary["qps"])
+    if mode[1] == "latency":
+        assert rep["wqe_ops"] == {"ATOMIC_FA": 320} and rep["doorbells"] == 320
+    else:
+        assert rep["wqe_ops"] == {"RDMA_WRITE": 15000}
+        # 8 WQEs a doorbell, and a 64-slot ring fills at a batch boundary: 625 rung per QP
+        assert [q["doorbells"] for q in r.summary["qps"]] == [625] * 3
+        assert rep["doorbells"] <= 3 * 625  # seen: fewer when they coalesced
+
+
+def test_pingpong_both_sides_through_repeaters(gda_run):
+    r = gda_run(["--mode", "pingpong", "-n", "300", "-w", "20"])
+    rep = r.report()
+    assert len(r.summary["qps"]) == 2 and len(rep["repeaters"]) == 2
+    recs = r.records()
+    for q in r.summary["qps"]:
+        assert q["doorbells"] == 320
+        mine = recs[recs["qpn"] == q["qpn"]]
+        w = by_type(mine, RecType.WQE)
+        # each side: 320 8-byte inline WRITEs to the other's flag
+        assert len(w) == 320 and set(w["op"].tolist()) == {0x08} and set(w["len"].tolist()) == {8}
+        assert set(w["addr"].tolist()) == {q["rbuf"] + 136 * 16 + 64}
+        seg = by_type(mine, RecType.WQE_SEG)
+        assert len(seg) == 320 and (seg["flags"] & int(RecFlag.INLINE)).all()
