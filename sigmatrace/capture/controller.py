@@ -318,6 +318,7 @@ class Controller:
         self.session.write()
         self._check_providers()
         self._observers = load_observers(self.options, out)
+        self.ui.status(f"attaching to pid {pid} (verbs contexts and QPs made before are looked for in its memory)")
         with _DeferredInterrupt() as held:
             try:
                 self._trace(pid, attached=True)
