@@ -1,7 +1,8 @@
 /* A hot post_send loop: ITER calls of ibv_post_send (one RDMA_WRITE WR, one SGE) on one QP,
  * timed with CLOCK_MONOTONIC; prints a JSON line with the per-call cost.
- * Usage: hotloop ITER [WARMUP [PAUSE_US]]: with PAUSE_US, sleeps that long every 1000 calls
- * (a slow, long-running target for attach experiments). */
+ * Usage: hotloop ITER [WARMUP [PAUSE_US [RATE]]]: with PAUSE_US, sleeps that long every 1000
+ * calls (a slow, long-running target for attach experiments); with RATE, posts at that many
+ * calls per second (paced every 1000 calls) for a sustained-rate measurement. */
 #include <infiniband/verbs.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -20,6 +21,7 @@ int main(int argc, char **argv)
     long iters = argc > 1 ? atol(argv[1]) : 10000000;
     long warm = argc > 2 ? atol(argv[2]) : iters / 10;
     long pause_us = argc > 3 ? atol(argv[3]) : 0;
+    double rate = argc > 4 ? atof(argv[4]) : 0;
     int n;
     struct ibv_device **devs = ibv_get_device_list(&n);
     if (!devs || n < 1) {
@@ -46,6 +48,9 @@ int main(int argc, char **argv)
         ibv_post_send(qp, &wr, &bad);
         if (pause_us && i % 1000 == 999)
             usleep(pause_us);
+        if (rate > 0 && i % 1000 == 999)
+            while (now_ns() - t0 < (i + 1) * 1e9 / rate)
+                ;
     }
     double t1 = now_ns();
     printf("{\"iters\": %ld, \"ns_per_call\": %.3f}\n", iters, (t1 - t0) / iters);

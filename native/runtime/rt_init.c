@@ -94,9 +94,9 @@ static int st_parse_config(const char *text, char *err, size_t errlen)
     memset(&st_cfg, 0, sizeof(st_cfg));
     st_cfg.mode = ST_MODE_SIMPLE;
     st_cfg.doorbells = ST_DB_OFF;
-    st_cfg.ring_records = 1u << 16;
+    st_cfg.ring_records = 1u << 18;
     st_cfg.wqe_batch = 64;
-    st_cfg.flush_max_ms = 50;
+    st_cfg.flush_max_ms = 10;
     st_nkeys = 0;
     const char *p = text ? text : "";
     while (*p) {
