@@ -1,0 +1,500 @@
+"""One refresh of the dashboard: a Sample of every live block -> a Frame of rows to show.
+
+Each refresh turns the used slots of the live blocks into one dict of cumulative counters
+(vectorised over slots, never per event), adds it to a CounterHistory, and reads rates and
+60-second histories back for the rows.  Where coverage says a counter is not being watched, the
+row carries the reason instead of a number (see coverage.py).
+
+Which source counts a QP's operations: a QP whose doorbells are watched with WQE recovery on is
+counted from the WQEs recovered (they include work built by a GPU, which no hook sees); any
+other QP from its hooked post_send calls (the per-thread aggregates).  Totals follow the same
+rule, so a QP is never counted twice.
+"""
+from __future__ import annotations
+
+import enum
+import time
+from dataclasses import dataclass, field
+from typing import Hashable
+
+import numpy as np
+
+from ..decode import names
+from ..trace import live as lv
+from . import coverage as cov
+from .history import CounterHistory
+from .source import ColdState, ProcessSample, Sample
+
+
+class SortKey(enum.Enum):
+    DOORBELLS = "doorbells/s"
+    BYTES = "bytes/s"
+    OPS = "ops/s"
+    LAG = "lag"
+    QPN = "qpn"
+
+    def next(self) -> "SortKey":
+        members = list(SortKey)
+        return members[(members.index(self) + 1) % len(members)]
+
+
+@dataclass
+class Metric:
+    """A counter as shown: its rate and total, or the reason it is not counted."""
+
+    key: Hashable = None
+    rate: float | None = None
+    total: float | None = None
+    gap: str | None = None
+
+    @property
+    def counted(self) -> bool:
+        return self.gap is None
+
+    @property
+    def final(self) -> bool:
+        """Counting has ended (detached, exited...): the total is true, there is no rate."""
+        return self.gap in cov.ENDED.values() and self.total is not None
+
+
+@dataclass
+class ProcessRow:
+    pid: int
+    name: str
+    alive: bool
+    coverage: cov.Coverage
+    mode: str | None
+    problem: str | None
+    heartbeat_age: float | None     # seconds since the runtime's flusher last ran
+    tracing_for: float | None       # seconds since tracing started in the process
+    records: Metric
+    drops: "Drops"
+    cold: ColdState
+
+
+@dataclass
+class Drops:
+    """Everything lost, each counted where it happens.  gap set when the runtime is not there
+    to count (then there is no number to show)."""
+
+    records: int = 0
+    cold: int = 0
+    flush_errors: int = 0
+    wqe_bbs_lost: int = 0
+    torn_cold_lines: int = 0
+    gap: str | None = None
+
+    @property
+    def total(self) -> int:
+        return self.records + self.cold + self.flush_errors + self.wqe_bbs_lost
+
+    def add(self, other: "Drops") -> None:
+        self.records += other.records
+        self.cold += other.cold
+        self.flush_errors += other.flush_errors
+        self.wqe_bbs_lost += other.wqe_bbs_lost
+        self.torn_cold_lines += other.torn_cold_lines
+
+
+@dataclass
+class QpRow:
+    pid: int
+    qpn: int
+    kind: str
+    gpu: int | None
+    peer: str
+    source: str                     # "wqe", "verbs" or "" (not counted)
+    doorbells: Metric
+    ops: Metric
+    bytes: Metric
+    lag: Metric                     # total = basic blocks announced but not parsed yet
+
+
+@dataclass
+class GpuRow:
+    pid: int
+    gpu: int
+    qps: int
+    doorbells: Metric
+    ops: Metric
+    bytes: Metric
+
+
+@dataclass
+class OpRow:
+    source: str                     # "posted" (ibv_wr opcode) or "wqe" (mlx5 opcode) or "recv"
+    name: str
+    ops: Metric
+    bytes: Metric
+
+
+@dataclass
+class PeerRow:
+    label: str
+    ops: Metric
+    bytes: Metric
+
+
+@dataclass
+class RepeaterRow:
+    pid: int
+    index: int
+    state: str
+    cpu: int
+    qps: int
+    doorbells: Metric
+    forwarded: Metric
+    backoffs: Metric
+    sleeps: Metric
+
+
+@dataclass
+class Totals:
+    doorbells: Metric
+    ops: Metric
+    bytes: Metric
+    lag: Metric
+    recv_wrs: Metric
+    completions: Metric
+    completion_errors: Metric
+
+
+@dataclass
+class Frame:
+    t: float
+    sort: SortKey
+    processes: list[ProcessRow]
+    totals: Totals
+    qps: list[QpRow]
+    gpus: list[GpuRow]
+    gpu_gap: str | None             # why no GPU row can exist, where none does
+    ops: list[OpRow]
+    peers: list[PeerRow]
+    repeaters: list[RepeaterRow]
+    drops: Drops
+    history: CounterHistory = field(repr=False)
+
+    def spark(self, metric: Metric, seconds: int = 60) -> list[float | None]:
+        if metric.gap is not None or metric.key is None:
+            return [None] * seconds
+        return self.history.history(metric.key, seconds)
+
+    def resort(self, sort: SortKey) -> None:
+        self.sort = sort
+        self.qps.sort(key=_qp_sort(sort))
+
+    @property
+    def finished(self) -> bool:
+        """Every process followed is gone."""
+        return bool(self.processes) and not any(p.alive for p in self.processes)
+
+
+class DashboardModel:
+    """Keeps the history across refreshes; `update(sample)` returns the Frame to show."""
+
+    def __init__(self, span: float = 60.0, rate_window: float = 1.0):
+        self.history = CounterHistory(span, rate_window)
+        self.sort = SortKey.DOORBELLS
+
+    def cycle_sort(self) -> SortKey:
+        self.sort = self.sort.next()
+        return self.sort
+
+    def update(self, sample: Sample) -> Frame:
+        values: dict[Hashable, float] = {}
+        build = _Build(values)
+        for ps in sample.processes:
+            build.process(ps, sample.tsc)
+        self.history.add(sample.t, values)
+        return build.frame(sample.t, self.sort, self.history)
+
+
+# ----------------------------------------------------------------------------------------------
+# Building one frame.  Rows are first made with counter keys only; `_fill` then reads the rates
+# from the history once the sample has been added.
+
+
+class _Build:
+    def __init__(self, values: dict[Hashable, float]):
+        self.v = values
+        self.procs: list[ProcessRow] = []
+        self.qps: list[QpRow] = []
+        self.gpus: dict[tuple[int, int], GpuRow] = {}
+        self.reps: list[RepeaterRow] = []
+        self.peers: dict[str, PeerRow] = {}
+        self.drops = Drops()
+        self.posted_ops = np.zeros(lv.OPS, np.uint64)
+        self.posted_bytes = np.zeros(lv.OPS, np.uint64)
+        self.wqe_ops = np.zeros(lv.MLX5_OPS, np.uint64)
+        self.wqe_bytes = np.zeros(lv.MLX5_OPS, np.uint64)
+        self.recv = np.zeros(4, np.uint64)   # recv_wrs, recv_bytes, completions, completion_errors
+        self.verbs_gaps: list[str | None] = []
+        self.db_gaps: list[str | None] = []
+        self.wqe_gaps: list[str | None] = []
+        self._verbs_by_qp: dict[int, tuple[int, int, int]] = {}
+
+    def process(self, ps: ProcessSample, tsc_now: int | None) -> None:
+        snap = ps.snapshot
+        if snap is None:
+            c = cov.no_live_block(ps.alive)
+            self.procs.append(ProcessRow(ps.pid, ps.name, ps.alive, c, None, ps.problem, None, None,
+                                         Metric(gap=c.verbs_gap), Drops(gap=c.verbs_gap), ps.cold))
+            self._gaps(c)
+            return
+        h = snap.header
+        c = cov.read(h, ps.alive)
+        self._gaps(c)
+        first = (len(self.qps), len(self.reps), set(self.gpus))
+        pid = ps.pid
+        runtime_gap = None if c.stage("runtime").reached else cov.NO_RUNTIME
+        drops = Drops(int(h["records_dropped"]), int(h["cold_dropped"]), int(h["flush_errors"]),
+                      int(snap.qps["wqe_losses"].sum()) if len(snap.qps) else 0, ps.cold.torn, runtime_gap)
+        if runtime_gap is None:
+            self.drops.add(drops)
+        self.v[("records", pid)] = float(h["records_written"])
+        hb = None
+        if tsc_now and float(h["tsc_hz"]) > 0 and int(h["heartbeat_tsc"]):
+            hb = max(0.0, (tsc_now - int(h["heartbeat_tsc"])) / float(h["tsc_hz"]))
+        started = int(h["start_mono_ns"])
+        tracing_for = (time.monotonic_ns() - started) / 1e9 if started else None
+        mode = names.name({m.value: m.name.lower() for m in lv.Mode}, int(h["mode"]))
+        self.procs.append(ProcessRow(pid, ps.name, ps.alive, c, mode, None, hb, tracing_for,
+                                     Metric(("records", pid), gap=runtime_gap), drops, ps.cold))
+        self._threads(pid, snap.threads, c)
+        self._qps(pid, snap, c, ps.cold)
+        self._repeaters(pid, snap.repeaters)
+        if c.ended:
+            self._mark_ended(c.ended, *first)
+
+    def _gaps(self, c: cov.Coverage) -> None:
+        # A process that stopped counting stands for its reason in sums over processes.
+        self.verbs_gaps.append(c.verbs_gap or c.ended)
+        self.db_gaps.append(c.doorbell_gap or c.ended)
+        self.wqe_gaps.append(c.wqe_gap or c.ended)
+
+    def _mark_ended(self, why: str, qps_from: int, reps_from: int, gpus_before: set) -> None:
+        """Counting stopped in this process: its totals stay, its rates would be false zeros."""
+        metrics: list[Metric] = [self.procs[-1].records]
+        for q in self.qps[qps_from:]:
+            metrics += (q.doorbells, q.ops, q.bytes)
+            if q.lag.gap is None:
+                q.lag.gap = why
+        for key in self.gpus.keys() - gpus_before:
+            g = self.gpus[key]
+            metrics += (g.doorbells, g.ops, g.bytes)
+        for r in self.reps[reps_from:]:
+            metrics += (r.doorbells, r.forwarded, r.backoffs, r.sleeps)
+        for m in metrics:
+            if m.gap is None:
+                m.gap = why
+
+    def _threads(self, pid: int, threads: np.ndarray, c: cov.Coverage) -> None:
+        self._verbs_by_qp: dict[int, tuple[int, int, int]] = {}
+        if c.verbs_gap is not None or not len(threads):
+            return
+        self.posted_ops += threads["ops"].sum(axis=0, dtype=np.uint64)
+        self.posted_bytes += threads["bytes"].sum(axis=0, dtype=np.uint64)
+        for i, f in enumerate(("recv_wrs", "recv_bytes", "completions", "completion_errors")):
+            self.recv[i] += np.uint64(threads[f].sum(dtype=np.uint64))
+        agg = threads["qps"].reshape(-1)
+        agg = agg[(agg["qpn"] != 0) | (agg["ops"] != 0)]
+        if not len(agg):
+            return
+        qpns, inv = np.unique(agg["qpn"], return_inverse=True)
+        ops = np.zeros(len(qpns), np.uint64)
+        nbytes = np.zeros(len(qpns), np.uint64)
+        np.add.at(ops, inv, agg["ops"])
+        np.add.at(nbytes, inv, agg["bytes"])
+        remote = np.full(len(qpns), lv.UNKNOWN_QPN, np.uint32)
+        known = agg["remote_qpn"] != lv.UNKNOWN_QPN
+        remote[inv[known]] = agg["remote_qpn"][known]
+        self._verbs_by_qp = {int(q): (int(o), int(b), int(r)) for q, o, b, r in zip(qpns, ops, nbytes, remote)}
+
+    def _qps(self, pid: int, snap, c: cov.Coverage, cold: ColdState) -> None:
+        verbs = self._verbs_by_qp
+        slots = {int(q["qpn"]): q for q in snap.qps}
+        for qpn in sorted(slots.keys() | verbs.keys()):
+            slot = slots.get(qpn)
+            flags = lv.QpFlag(int(slot["flags"])) if slot is not None else lv.QpFlag.VERBS
+            info = cold.qps.get(qpn)
+            watched = bool(flags & lv.QpFlag.WATCHED)
+            gpu = int(slot["gpu"]) if slot is not None and int(slot["gpu"]) >= 0 else None
+            kind = (info.kind if info and info.kind else ("devx" if flags & lv.QpFlag.DEVX else "verbs"))
+            remote = None
+            if slot is not None and int(slot["remote_qpn"]) != lv.UNKNOWN_QPN:
+                remote = int(slot["remote_qpn"])
+            elif qpn in verbs and verbs[qpn][2] != lv.UNKNOWN_QPN:
+                remote = verbs[qpn][2]
+            elif info and info.remote_qpn is not None:
+                remote = info.remote_qpn
+            peer = _peer_label(remote, info)
+
+            if watched and c.doorbell_gap is None:
+                db = Metric(("qdb", pid, qpn))
+                self.v[db.key] = float(slot["doorbells"])
+            else:
+                db = Metric(gap=c.doorbell_gap or "not watched")
+
+            lag = Metric(gap=c.wqe_gap if c.wqe_gap else (None if watched else "not watched"))
+            if watched and c.wqe_gap is None:
+                lag.total = float(int(slot["pi"]) - int(slot["wqe_pi"])) if int(slot["pi"]) >= int(slot["wqe_pi"]) else 0.0
+                source, o, b = "wqe", float(slot["wqes"]), float(slot["wqe_bytes"])
+                self.wqe_ops += slot["wqe_ops"]
+                self.wqe_bytes += slot["wqe_op_bytes"]
+            elif qpn in verbs and c.verbs_gap is None:
+                source, o, b = "verbs", float(verbs[qpn][0]), float(verbs[qpn][1])
+            else:
+                source, o, b = "", None, None
+            if source:
+                ops, nbytes = Metric(("qops", pid, qpn)), Metric(("qbytes", pid, qpn))
+                self.v[ops.key], self.v[nbytes.key] = o, b
+                if source == "wqe" and not flags & lv.QpFlag.VERBS:
+                    self.v[("wqe_only_ops", pid, qpn)] = o
+                    self.v[("wqe_only_bytes", pid, qpn)] = b
+                pr = self.peers.setdefault(peer, PeerRow(peer, Metric(("peer_ops", peer)), Metric(("peer_bytes", peer))))
+                self.v[pr.ops.key] = self.v.get(pr.ops.key, 0.0) + o
+                self.v[pr.bytes.key] = self.v.get(pr.bytes.key, 0.0) + b
+            else:
+                why = c.verbs_gap if (qpn in verbs or flags & lv.QpFlag.VERBS) else (c.wqe_gap or "not watched")
+                ops, nbytes = Metric(gap=why), Metric(gap=why)
+            self.qps.append(QpRow(pid, qpn, kind, gpu, peer, source, db, ops, nbytes, lag))
+
+            if gpu is not None and watched:
+                g = self.gpus.get((pid, gpu))
+                if g is None:
+                    g = self.gpus[(pid, gpu)] = GpuRow(
+                        pid, gpu, 0,
+                        Metric(("gdb", pid, gpu), gap=c.doorbell_gap),
+                        Metric(("gops", pid, gpu), gap=c.wqe_gap),
+                        Metric(("gbytes", pid, gpu), gap=c.wqe_gap))
+                g.qps += 1
+                if db.counted:
+                    self.v[g.doorbells.key] = self.v.get(g.doorbells.key, 0.0) + self.v[db.key]
+                if source == "wqe":
+                    self.v[g.ops.key] = self.v.get(g.ops.key, 0.0) + o
+                    self.v[g.bytes.key] = self.v.get(g.bytes.key, 0.0) + b
+
+    def _repeaters(self, pid: int, reps: np.ndarray) -> None:
+        for i, r in enumerate(reps):
+            state = cov.as_enum(lv.RepeaterState, r["state"], None)
+            if state == lv.RepeaterState.UNUSED:
+                continue
+            row = RepeaterRow(pid, i, state.name.lower() if state is not None else f"state {int(r['state'])}", int(r["cpu"]),
+                              int(r["n_qps"]), *(Metric(("rep", pid, i, f)) for f in ("doorbells", "forwarded", "backoffs", "sleeps")))
+            for m, f in ((row.doorbells, "doorbells"), (row.forwarded, "forwarded"), (row.backoffs, "backoffs"), (row.sleeps, "sleeps")):
+                self.v[m.key] = float(r[f])
+            self.reps.append(row)
+
+    # -- the frame --------------------------------------------------------------------------
+
+    def frame(self, t: float, sort: SortKey, hist: CounterHistory) -> Frame:
+        verbs_gap = _overall(self.verbs_gaps)
+        db_gap = _overall(self.db_gaps)
+        wqe_gap = _overall(self.wqe_gaps)
+
+        v = self.v
+        qdb = [k for k in v if k[0] == "qdb"]
+        v[("T", "doorbells")] = sum(v[k] for k in qdb)
+        v[("T", "ops")] = float(self.posted_ops.sum()) + sum(v[k] for k in v if k[0] == "wqe_only_ops")
+        v[("T", "bytes")] = float(self.posted_bytes.sum()) + sum(v[k] for k in v if k[0] == "wqe_only_bytes")
+        ops_gap = None if verbs_gap is None or wqe_gap is None else verbs_gap
+        lag_total = sum(q.lag.total for q in self.qps if q.lag.total is not None)
+        for i, f in enumerate(("recv_wrs", "recv_bytes", "completions", "completion_errors")):
+            v[("T", f)] = float(self.recv[i])
+        totals = Totals(
+            doorbells=Metric(("T", "doorbells"), gap=db_gap),
+            ops=Metric(("T", "ops"), gap=ops_gap),
+            bytes=Metric(("T", "bytes"), gap=ops_gap),
+            lag=Metric(total=float(lag_total), gap=wqe_gap),
+            recv_wrs=Metric(("T", "recv_wrs"), gap=verbs_gap),
+            completions=Metric(("T", "completions"), gap=verbs_gap),
+            completion_errors=Metric(("T", "completion_errors"), gap=verbs_gap),
+        )
+
+        op_rows: list[OpRow] = []
+        if verbs_gap is None:
+            for code in np.flatnonzero(self.posted_ops):
+                name = names.name(names.IBV_WR, int(code))
+                k = ("posted", int(code))
+                v[k + ("ops",)], v[k + ("bytes",)] = float(self.posted_ops[code]), float(self.posted_bytes[code])
+                op_rows.append(OpRow("posted", name, Metric(k + ("ops",)), Metric(k + ("bytes",))))
+            if self.recv[0]:
+                op_rows.append(OpRow("recv", "RECV", Metric(("T", "recv_wrs")), Metric(("T", "recv_bytes"))))
+        if wqe_gap is None:
+            for code in np.flatnonzero(self.wqe_ops):
+                name = names.name(names.MLX5_OPCODE, int(code))
+                k = ("wqe", int(code))
+                v[k + ("ops",)], v[k + ("bytes",)] = float(self.wqe_ops[code]), float(self.wqe_bytes[code])
+                op_rows.append(OpRow("wqe", name, Metric(k + ("ops",)), Metric(k + ("bytes",))))
+
+        frame = Frame(t, sort, self.procs, totals, self.qps, list(self.gpus.values()),
+                      None if self.gpus else (db_gap or "no GPU-initiated QP seen"),
+                      op_rows, list(self.peers.values()), self.reps, self.drops, hist)
+        if all(p.drops.gap for p in self.procs):
+            frame.drops.gap = self.procs[0].drops.gap if self.procs else "no process"
+        _fill(frame, hist)
+        frame.resort(sort)
+        frame.gpus.sort(key=lambda g: (-(g.doorbells.rate or 0), g.pid, g.gpu))
+        frame.ops.sort(key=lambda r: (-(r.bytes.rate or 0), -(r.ops.rate or 0), r.source, r.name))
+        frame.peers.sort(key=lambda r: (-(r.bytes.rate or 0), -(r.bytes.total or 0), r.label))
+        return frame
+
+
+def _fill(frame: Frame, hist: CounterHistory) -> None:
+    """Rates and totals for every metric that is counted."""
+    metrics: list[Metric] = [frame.totals.doorbells, frame.totals.ops, frame.totals.bytes, frame.totals.recv_wrs,
+                             frame.totals.completions, frame.totals.completion_errors]
+    for p in frame.processes:
+        metrics.append(p.records)
+    for q in frame.qps:
+        metrics += (q.doorbells, q.ops, q.bytes)
+    for g in frame.gpus:
+        metrics += (g.doorbells, g.ops, g.bytes)
+    for r in frame.ops:
+        metrics += (r.ops, r.bytes)
+    for r in frame.peers:
+        metrics += (r.ops, r.bytes)
+    for r in frame.repeaters:
+        metrics += (r.doorbells, r.forwarded, r.backoffs, r.sleeps)
+    for m in metrics:
+        if m.key is not None:
+            m.total = hist.total(m.key)
+            if m.gap is None:
+                m.rate = hist.rate(m.key)
+
+
+def _overall(gaps: list[str | None]) -> str | None:
+    """A counter summed over processes is counted where any process counts it; when none does,
+    the first process's reason stands for all."""
+    if not gaps:
+        return "no traced process"
+    if any(g is None for g in gaps):
+        return None
+    return gaps[0]
+
+
+def _peer_label(remote: int | None, info) -> str:
+    where = ""
+    if info is not None:
+        if info.remote_lid:
+            where = f"lid {info.remote_lid} "
+        elif info.remote_gid:
+            where = f"gid ..{str(info.remote_gid)[-8:]} "
+    if remote is None:
+        return "unknown peer"
+    return f"{where}qp 0x{remote:x}"
+
+
+def _qp_sort(sort: SortKey):
+    def by(m: Metric) -> float:
+        return -(m.rate if m.rate is not None else -1.0)
+
+    if sort == SortKey.DOORBELLS:
+        return lambda q: (by(q.doorbells), by(q.bytes), q.pid, q.qpn)
+    if sort == SortKey.BYTES:
+        return lambda q: (by(q.bytes), by(q.ops), q.pid, q.qpn)
+    if sort == SortKey.OPS:
+        return lambda q: (by(q.ops), by(q.bytes), q.pid, q.qpn)
+    if sort == SortKey.LAG:
+        return lambda q: (-(q.lag.total if q.lag.total is not None else -1.0), q.pid, q.qpn)
+    return lambda q: (q.pid, q.qpn)
