@@ -10,6 +10,7 @@ only returns why it ended.
 """
 from __future__ import annotations
 
+import os
 import sys
 import threading
 import time
@@ -148,5 +149,16 @@ class Dashboard:
 
     def _draw(self, live: Live, frame: Frame) -> None:
         self.view.message = self.status()
+        width, height = self._terminal_size()
+        live.update(render(frame, width, height, self.view), refresh=True)
+
+    def _terminal_size(self) -> tuple[int, int]:
+        """The terminal's size now.  Asked of the terminal itself: rich prefers $COLUMNS and
+        $LINES, which a shell may have exported with the size the terminal had at its start."""
+        try:
+            size = os.get_terminal_size(self.console.file.fileno())
+            self.console.size = (size.columns, size.lines)
+        except (OSError, ValueError, AttributeError):
+            pass
         size = self.console.size
-        live.update(render(frame, size.width, size.height, self.view), refresh=True)
+        return size.width, size.height

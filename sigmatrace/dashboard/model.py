@@ -262,7 +262,7 @@ class _Build:
                                      Metric(("records", pid), gap=runtime_gap), drops, ps.cold))
         self._threads(pid, snap.threads, c)
         self._qps(pid, snap, c, ps.cold)
-        self._repeaters(pid, snap.repeaters)
+        self._repeaters(pid, snap.repeaters, runtime_gap)
         if c.ended:
             self._mark_ended(c.ended, *first)
 
@@ -374,7 +374,7 @@ class _Build:
                     self.v[g.ops.key] = self.v.get(g.ops.key, 0.0) + o
                     self.v[g.bytes.key] = self.v.get(g.bytes.key, 0.0) + b
 
-    def _repeaters(self, pid: int, reps: np.ndarray) -> None:
+    def _repeaters(self, pid: int, reps: np.ndarray, runtime_gap: str | None) -> None:
         for i, r in enumerate(reps):
             state = cov.as_enum(lv.RepeaterState, r["state"], None)
             if state == lv.RepeaterState.UNUSED:
@@ -383,6 +383,7 @@ class _Build:
                               int(r["n_qps"]), *(Metric(("rep", pid, i, f)) for f in ("doorbells", "forwarded", "backoffs", "sleeps")))
             for m, f in ((row.doorbells, "doorbells"), (row.forwarded, "forwarded"), (row.backoffs, "backoffs"), (row.sleeps, "sleeps")):
                 self.v[m.key] = float(r[f])
+                m.gap = runtime_gap
             self.reps.append(row)
 
     # -- the frame --------------------------------------------------------------------------

@@ -34,7 +34,10 @@ def summary_line(frame: Frame, wall: float | None = None) -> str:
         parts.append(f"{len(procs)} processes ({sum(p.alive for p in procs)} running)")
     t = frame.totals
     parts.append(f"doorbells {_m(t.doorbells)}")
-    parts.append(f"ops {_m(t.ops)} {_m(t.bytes, units.byte_rate, units.nbytes)}")
+    if t.ops.gap is None or t.ops.final:
+        parts.append(f"ops {_m(t.ops)} {_m(t.bytes, units.byte_rate, units.nbytes)}")
+    else:
+        parts.append(f"ops {_m(t.ops)}")
     parts.append(f"lag {t.lag.gap}" if t.lag.gap else f"lag {int(t.lag.total or 0)} BB")
     d = frame.drops
     parts.append(f"drops not counted ({d.gap})" if d.gap else f"drops {d.total}")

@@ -67,7 +67,7 @@ class Generator:
         for i in range(n_verbs):
             q = VERBS_QPN_BASE + i
             t["qps"][i] = (q, q + REMOTE_QPN_OFFSET, 0, 0)
-        self.h["n_threads"] = 1 if n_verbs else 0
+        self._n_threads = 1 if n_verbs else 0
         # Verbs QPs get a QP slot (not watched: their work is counted at post_send); GPU QPs a
         # slot watched through their own repeater.
         for i in range(n_verbs):
@@ -78,8 +78,9 @@ class Generator:
             r = self.reps[i]
             r["uar_reg_addr"], r["fake_host"], r["fake_dptr"] = 0x7F0000000800 + i * 0x1000, 0x7E0000000000 + i * 0x1000, 0x7E0000000000 + i * 0x1000
             r["state"], r["cpu"], r["n_qps"] = int(lv.RepeaterState.SLEEPING), -1, 1
-        self.h["n_repeaters"] = n_gpu_qps
-        self.h["n_qps"] = n_verbs + n_gpu_qps
+        # The tables are published (their counts set) when the hooks are installed: as in a
+        # runtime, no QP or repeater exists before then.
+        self._n_repeaters, self._n_qps = n_gpu_qps, n_verbs + n_gpu_qps
         self.n_verbs = n_verbs
         self.t0: float | None = None
         self.done = {"doorbells": np.zeros(n_gpu_qps, np.int64), "ops": np.zeros(n_verbs, np.int64)}
@@ -103,6 +104,8 @@ class Generator:
             p[i]["state"] = int(state)
             p[i]["hooks"] = HOOKS_PER_PROVIDER[name] if state == lv.ProviderState.INSTALLED else 0
         self.h["n_providers"] = len(PROVIDERS)
+        if state == lv.ProviderState.INSTALLED:
+            self.h["n_threads"], self.h["n_qps"], self.h["n_repeaters"] = self._n_threads, self._n_qps, self._n_repeaters
 
     def start_traffic(self) -> None:
         self.t0 = time.monotonic()
@@ -245,7 +248,10 @@ def main(argv: list[str] | None = None) -> int:
 
     if args.scenario == "stages":
         pause(args.stage_seconds)  # first: no live block at all
-    gen = Generator(pdir / "live.bin", pid, _floats(args.doorbell_rates), _floats(args.ops_rates),
+    # A program without RDMA libraries creates no QP, no repeater, and posts nothing.
+    no_rdma = args.scenario == "no-rdma"
+    gen = Generator(pdir / "live.bin", pid, [] if no_rdma else _floats(args.doorbell_rates),
+                    [] if no_rdma else _floats(args.ops_rates),
                     args.bytes_per_op, args.wqes_per_doorbell, args.gpus, args.lag, lv.DoorbellMode[args.doorbell_mode.upper()])
     config = {k: v for k, v in vars(args).items() if k not in ("report",)}
     config["dir"] = str(config["dir"])

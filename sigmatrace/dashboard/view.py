@@ -103,12 +103,16 @@ def _title(frame: Frame, width: int, state: ViewState) -> Text:
         parts.append(f"  {len(procs)} processes ({alive} running)")
     else:
         parts.append(("  no traced process yet", "yellow"))
-    right = []
+    # PAUSED and the status message matter more than the tail of the title: they always show.
+    right = Text(no_wrap=True)
     if state.message:
-        right.append((f"  {state.message}", "cyan"))
+        right.append(f"  {state.message}", style="cyan")
     if state.paused:
-        right.append(("  PAUSED", "bold yellow reverse"))
-    return _line(*parts, *right, width=width)
+        right.append("  ")
+        right.append("PAUSED", style="bold yellow reverse")
+    right.truncate(max(0, width - 20), overflow="ellipsis")
+    left = _line(*parts, width=width - cell_len(right.plain))
+    return left + right
 
 
 def _process_state(p) -> tuple[str, str]:
@@ -182,7 +186,9 @@ def _totals_line(frame: Frame, width: int) -> Text:
     t = frame.totals
     segs: list = [("total    ", "bold"), "doorbells "]
     segs.append(_seg(t.doorbells))
-    segs += ["  ops ", _seg(t.ops), "  ", _seg(t.bytes, units.byte_rate, units.nbytes)]
+    segs += ["  ops ", _seg(t.ops)]
+    if t.ops.gap is None or t.ops.final:
+        segs += ["  ", _seg(t.bytes, units.byte_rate, units.nbytes)]
     segs += ["  lag "]
     segs.append((t.lag.gap, GAP_STYLE) if t.lag.gap else f"{int(t.lag.total or 0)} BB")
     if t.completions.gap is None and (t.completions.total or 0) > 0:
@@ -298,6 +304,11 @@ def _spark(frame: Frame, m: Metric, width: int) -> Text:
     return Text(units.sparkline(vals, width), style="cyan")
 
 
+def _empty(table: Table, message: str) -> RenderableType:
+    """A table's header, then one line saying why it has no rows."""
+    return Group(table, Text(message, style=GAP_STYLE, no_wrap=True, overflow="ellipsis"))
+
+
 def _with_more(table: Table, hidden: int, what: str) -> RenderableType:
     """The table, and under it a line counting the rows that did not fit."""
     if not hidden:
@@ -330,9 +341,7 @@ def _qp_table(frame: Frame, width: int, room: int) -> RenderableType:
     t.add_column(head("bytes/s"), width=10, justify="right", no_wrap=True)
     t.add_column(head("lag"), width=11, justify="right", no_wrap=True)
     if not frame.qps:
-        why = _no_qp_reason(frame)
-        t.add_row(*([Text(why, style=GAP_STYLE)] + [""] * (len(t.columns) - 1)))
-        return t
+        return _empty(t, _no_qp_reason(frame))
     shown, hidden = _rows_fit(len(frame.qps), room)
     for q in frame.qps[:shown]:
         cells: list = []
@@ -359,9 +368,8 @@ def _kind(q: QpRow) -> str:
 
 
 def _no_qp_reason(frame: Frame) -> str:
-    gaps = {q for q in (frame.totals.ops.gap, frame.totals.doorbells.gap) if q}
     if frame.totals.ops.gap and frame.totals.doorbells.gap:
-        return f"no QP seen: {' / '.join(sorted(gaps))}"
+        return f"no QP seen: work requests {frame.totals.ops.gap}, doorbells {frame.totals.doorbells.gap}"
     return "no QP created since tracing began"
 
 
@@ -377,9 +385,7 @@ def _gpu_table(frame: Frame, width: int, room: int) -> RenderableType:
     t.add_column("WQEs/s", width=10, justify="right", no_wrap=True)
     t.add_column("bytes/s", width=10, justify="right", no_wrap=True)
     if not frame.gpus:
-        t.add_row(Text(f"no GPU-initiated QP: {frame.gpu_gap}" if frame.gpu_gap else "none", style=GAP_STYLE),
-                  *[""] * (len(t.columns) - 1))
-        return t
+        return _empty(t, f"no GPU-initiated QP: {frame.gpu_gap}" if frame.gpu_gap else "no GPU-initiated QP")
     shown, hidden = _rows_fit(len(frame.gpus), room)
     for g in frame.gpus[:shown]:
         cells = [f"{g.pid}:gpu{g.gpu}" if multi else f"gpu{g.gpu}", str(g.qps), _cell(g.doorbells)]
@@ -392,11 +398,12 @@ def _gpu_table(frame: Frame, width: int, room: int) -> RenderableType:
 
 def _ops_peers(frame: Frame, width: int, room: int) -> RenderableType:
     half = (width - 2) // 2
+    why = frame.totals.ops.gap
     ops = _table()
-    ops.add_column("opcode", width=max(10, half - 22), no_wrap=True, overflow="ellipsis")
-    ops.add_column("ops/s", width=10, justify="right", no_wrap=True)
-    ops.add_column("bytes/s", width=10, justify="right", no_wrap=True)
     if frame.ops:
+        ops.add_column("opcode", width=max(10, half - 22), no_wrap=True, overflow="ellipsis")
+        ops.add_column("ops/s", width=10, justify="right", no_wrap=True)
+        ops.add_column("bytes/s", width=10, justify="right", no_wrap=True)
         shown, hidden = _rows_fit(len(frame.ops), room)
         for r in frame.ops[:shown]:
             label = r.name if r.source != "wqe" else f"wqe {r.name}"
@@ -404,21 +411,21 @@ def _ops_peers(frame: Frame, width: int, room: int) -> RenderableType:
         if hidden:
             ops.add_row(Text(f"… {hidden} more", style="dim"), "", "")
     else:
-        why = frame.totals.ops.gap
-        ops.add_row(Text(f"no operation counted: {why}" if why else "no operation yet", style=GAP_STYLE), "", "")
+        ops.add_column("opcode  ops/s  bytes/s", width=half, no_wrap=True, overflow="ellipsis")
+        ops.add_row(Text(f"not counted: {why}" if why else "no operation yet", style=GAP_STYLE))
     peers = _table()
-    peers.add_column("peer (by volume)", width=max(10, width - half - 2 - 22), no_wrap=True, overflow="ellipsis")
-    peers.add_column("bytes/s", width=10, justify="right", no_wrap=True)
-    peers.add_column("ops/s", width=10, justify="right", no_wrap=True)
     if frame.peers:
+        peers.add_column("peer (by volume)", width=max(10, width - half - 2 - 22), no_wrap=True, overflow="ellipsis")
+        peers.add_column("bytes/s", width=10, justify="right", no_wrap=True)
+        peers.add_column("ops/s", width=10, justify="right", no_wrap=True)
         shown, hidden = _rows_fit(len(frame.peers), room)
         for r in frame.peers[:shown]:
             peers.add_row(r.label, _cell(r.bytes, units.byte_rate), _cell(r.ops))
         if hidden:
             peers.add_row(Text(f"… {hidden} more", style="dim"), "", "")
     else:
-        why = frame.totals.ops.gap
-        peers.add_row(Text(f"none: {why}" if why else "no traffic yet", style=GAP_STYLE), "", "")
+        peers.add_column("peer (by volume)", width=width - half - 2, no_wrap=True, overflow="ellipsis")
+        peers.add_row(Text(f"not counted: {why}" if why else "no traffic yet", style=GAP_STYLE))
     grid = Table.grid(padding=(0, 2, 0, 0))
     grid.add_column(width=half)
     grid.add_column(width=width - half - 2)
@@ -438,9 +445,8 @@ def _repeater_table(frame: Frame, width: int, room: int) -> RenderableType:
     t.add_column("backoffs/s", width=10, justify="right", no_wrap=True)
     t.add_column("sleeps/s", width=9, justify="right", no_wrap=True)
     if not frame.repeaters:
-        t.add_row(Text(f"none: {frame.totals.doorbells.gap}" if frame.totals.doorbells.gap else "none started",
-                       style=GAP_STYLE), *[""] * 7)
-        return t
+        gap = frame.totals.doorbells.gap
+        return _empty(t, f"no repeater: doorbells {gap}" if gap else "no repeater started")
     shown, hidden = _rows_fit(len(frame.repeaters), room)
     styles = {"spinning": "green", "pausing": "yellow", "sleeping": "blue", "stopped": "dim"}
     for r in frame.repeaters[:shown]:
