@@ -205,6 +205,7 @@ class DashboardModel:
         build = _Build(values)
         for ps in sample.processes:
             build.process(ps, sample.tsc)
+        build.summarise()
         self.history.add(sample.t, values)
         return build.frame(sample.t, self.sort, self.history)
 
@@ -232,6 +233,8 @@ class _Build:
         self.db_gaps: list[str | None] = []
         self.wqe_gaps: list[str | None] = []
         self._verbs_by_qp: dict[int, tuple[int, int, int]] = {}
+        self.sum_doorbells = 0.0
+        self.sum_wqe_only = [0.0, 0.0]       # ops, bytes of WQE-counted QPs no hook sees
 
     def process(self, ps: ProcessSample, tsc_now: int | None) -> None:
         snap = ps.snapshot
@@ -290,6 +293,8 @@ class _Build:
 
     def _threads(self, pid: int, threads: np.ndarray, c: cov.Coverage) -> None:
         self._verbs_by_qp: dict[int, tuple[int, int, int]] = {}
+        self.sum_doorbells = 0.0
+        self.sum_wqe_only = [0.0, 0.0]       # ops, bytes of WQE-counted QPs no hook sees
         if c.verbs_gap is not None or not len(threads):
             return
         self.posted_ops += threads["ops"].sum(axis=0, dtype=np.uint64)
@@ -320,10 +325,12 @@ class _Build:
             watched = bool(flags & lv.QpFlag.WATCHED)
             gpu = int(slot["gpu"]) if slot is not None and int(slot["gpu"]) >= 0 else None
             kind = (info.kind if info and info.kind else ("devx" if flags & lv.QpFlag.DEVX else "verbs"))
+            # remote QPN 0 (a slot the runtime has not filled) counts as unknown: QP 0 is the
+            # subnet management QP, never the peer of a data QP.
             remote = None
-            if slot is not None and int(slot["remote_qpn"]) != lv.UNKNOWN_QPN:
+            if slot is not None and int(slot["remote_qpn"]) not in (0, lv.UNKNOWN_QPN):
                 remote = int(slot["remote_qpn"])
-            elif qpn in verbs and verbs[qpn][2] != lv.UNKNOWN_QPN:
+            elif qpn in verbs and verbs[qpn][2] not in (0, lv.UNKNOWN_QPN):
                 remote = verbs[qpn][2]
             elif info and info.remote_qpn is not None:
                 remote = info.remote_qpn
@@ -332,6 +339,7 @@ class _Build:
             if watched and c.doorbell_gap is None:
                 db = Metric(("qdb", pid, qpn))
                 self.v[db.key] = float(slot["doorbells"])
+                self.sum_doorbells += self.v[db.key]
             else:
                 db = Metric(gap=c.doorbell_gap or "not watched")
 
@@ -349,8 +357,8 @@ class _Build:
                 ops, nbytes = Metric(("qops", pid, qpn)), Metric(("qbytes", pid, qpn))
                 self.v[ops.key], self.v[nbytes.key] = o, b
                 if source == "wqe" and not flags & lv.QpFlag.VERBS:
-                    self.v[("wqe_only_ops", pid, qpn)] = o
-                    self.v[("wqe_only_bytes", pid, qpn)] = b
+                    self.sum_wqe_only[0] += o
+                    self.sum_wqe_only[1] += b
                 pr = self.peers.setdefault(peer, PeerRow(peer, Metric(("peer_ops", peer)), Metric(("peer_bytes", peer))))
                 self.v[pr.ops.key] = self.v.get(pr.ops.key, 0.0) + o
                 self.v[pr.bytes.key] = self.v.get(pr.bytes.key, 0.0) + b
@@ -388,21 +396,20 @@ class _Build:
 
     # -- the frame --------------------------------------------------------------------------
 
-    def frame(self, t: float, sort: SortKey, hist: CounterHistory) -> Frame:
-        verbs_gap = _overall(self.verbs_gaps)
-        db_gap = _overall(self.db_gaps)
+    def summarise(self) -> None:
+        """Totals and per-opcode counters over all processes, added to the sample's values."""
+        self.verbs_gap = verbs_gap = _overall(self.verbs_gaps)
+        self.db_gap = db_gap = _overall(self.db_gaps)
         wqe_gap = _overall(self.wqe_gaps)
-
         v = self.v
-        qdb = [k for k in v if k[0] == "qdb"]
-        v[("T", "doorbells")] = sum(v[k] for k in qdb)
-        v[("T", "ops")] = float(self.posted_ops.sum()) + sum(v[k] for k in v if k[0] == "wqe_only_ops")
-        v[("T", "bytes")] = float(self.posted_bytes.sum()) + sum(v[k] for k in v if k[0] == "wqe_only_bytes")
+        v[("T", "doorbells")] = self.sum_doorbells
+        v[("T", "ops")] = float(self.posted_ops.sum()) + self.sum_wqe_only[0]
+        v[("T", "bytes")] = float(self.posted_bytes.sum()) + self.sum_wqe_only[1]
         ops_gap = None if verbs_gap is None or wqe_gap is None else verbs_gap
         lag_total = sum(q.lag.total for q in self.qps if q.lag.total is not None)
         for i, f in enumerate(("recv_wrs", "recv_bytes", "completions", "completion_errors")):
             v[("T", f)] = float(self.recv[i])
-        totals = Totals(
+        self.totals = Totals(
             doorbells=Metric(("T", "doorbells"), gap=db_gap),
             ops=Metric(("T", "ops"), gap=ops_gap),
             bytes=Metric(("T", "bytes"), gap=ops_gap),
@@ -411,26 +418,25 @@ class _Build:
             completions=Metric(("T", "completions"), gap=verbs_gap),
             completion_errors=Metric(("T", "completion_errors"), gap=verbs_gap),
         )
+        # Every opcode's counter is followed while its source is counted (a zero in an older
+        # sample is a real zero); rows are made for those that ever counted something.
+        self.op_rows: list[OpRow] = []
+        for source, gap, ops, nbytes, table in (("posted", verbs_gap, self.posted_ops, self.posted_bytes, names.IBV_WR),
+                                                ("wqe", wqe_gap, self.wqe_ops, self.wqe_bytes, names.MLX5_OPCODE)):
+            if gap is not None:
+                continue
+            for code in range(len(ops)):
+                k = (source, code)
+                v[k + ("ops",)], v[k + ("bytes",)] = float(ops[code]), float(nbytes[code])
+                if ops[code]:
+                    self.op_rows.append(OpRow(source, names.name(table, code), Metric(k + ("ops",)), Metric(k + ("bytes",))))
+            if source == "posted" and self.recv[0]:
+                self.op_rows.append(OpRow("recv", "RECV", Metric(("T", "recv_wrs")), Metric(("T", "recv_bytes"))))
 
-        op_rows: list[OpRow] = []
-        if verbs_gap is None:
-            for code in np.flatnonzero(self.posted_ops):
-                name = names.name(names.IBV_WR, int(code))
-                k = ("posted", int(code))
-                v[k + ("ops",)], v[k + ("bytes",)] = float(self.posted_ops[code]), float(self.posted_bytes[code])
-                op_rows.append(OpRow("posted", name, Metric(k + ("ops",)), Metric(k + ("bytes",))))
-            if self.recv[0]:
-                op_rows.append(OpRow("recv", "RECV", Metric(("T", "recv_wrs")), Metric(("T", "recv_bytes"))))
-        if wqe_gap is None:
-            for code in np.flatnonzero(self.wqe_ops):
-                name = names.name(names.MLX5_OPCODE, int(code))
-                k = ("wqe", int(code))
-                v[k + ("ops",)], v[k + ("bytes",)] = float(self.wqe_ops[code]), float(self.wqe_bytes[code])
-                op_rows.append(OpRow("wqe", name, Metric(k + ("ops",)), Metric(k + ("bytes",))))
-
-        frame = Frame(t, sort, self.procs, totals, self.qps, list(self.gpus.values()),
-                      None if self.gpus else (db_gap or "no GPU-initiated QP seen"),
-                      op_rows, list(self.peers.values()), self.reps, self.drops, hist)
+    def frame(self, t: float, sort: SortKey, hist: CounterHistory) -> Frame:
+        frame = Frame(t, sort, self.procs, self.totals, self.qps, list(self.gpus.values()),
+                      None if self.gpus else self.db_gap,
+                      self.op_rows, list(self.peers.values()), self.reps, self.drops, hist)
         if all(p.drops.gap for p in self.procs):
             frame.drops.gap = self.procs[0].drops.gap if self.procs else "no process"
         _fill(frame, hist)

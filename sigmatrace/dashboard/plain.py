@@ -10,7 +10,7 @@ from . import units
 from .model import Frame, Metric
 
 
-def _m(m: Metric, fmt=units.rate, total_fmt=units.si) -> str:
+def _m(m: Metric, fmt=units.rate, total_fmt=units.count) -> str:
     if m.final:
         return f"{total_fmt(m.total)} total ({m.gap})"
     if m.gap is not None:

@@ -29,6 +29,11 @@ def _three(v: float) -> str:
     return f"{v:.2f}"
 
 
+def count(value: float) -> str:
+    """A total: exact below 1000 (30, 999), then as si() (1.23k)."""
+    return f"{int(value)}" if abs(value) < 1000 else si(value)
+
+
 def rate(value: float) -> str:
     return f"{si(value)}/s"
 
@@ -38,7 +43,7 @@ def byte_rate(value: float) -> str:
 
 
 def nbytes(value: float) -> str:
-    return f"{si(value)}B"
+    return f"{count(value)}B"
 
 
 def duration(seconds: float) -> str:

@@ -198,7 +198,7 @@ def _totals_line(frame: Frame, width: int) -> Text:
     return _line(*segs, width=width)
 
 
-def _seg(m: Metric, fmt=units.rate, total_fmt=units.si) -> tuple[str, str] | str:
+def _seg(m: Metric, fmt=units.rate, total_fmt=units.count) -> tuple[str, str] | str:
     if m.final:
         return (f"{total_fmt(m.total)} total ({m.gap})", GAP_STYLE)
     c = _cell(m, fmt)
@@ -238,54 +238,41 @@ def _table() -> Table:
 
 
 def _sections(frame: Frame, width: int, lines: int) -> list[RenderableType]:
-    """Share `lines` between the QP, GPU, opcode/peer and repeater sections."""
-    wanted = {
-        "qps": len(frame.qps),
-        "gpus": len(frame.gpus) if frame.gpus else 0,
-        "ops": max(len(frame.ops), len(frame.peers), 1),
-        "reps": len(frame.repeaters),
-    }
-    order = ["qps", "gpus", "ops", "reps"]
-    # each section: a header line plus at least one row (or one line saying why there is none)
-    alloc = {k: 0 for k in order}
+    """Share `lines` between the QP, GPU, opcode/peer and repeater sections: each gets its
+    header and one row (or one line saying why it has none) in that order while lines last,
+    then rows are handed out in rounds, two to the QP table for every one to the others."""
+    order = ("qps", "gpus", "ops", "reps")
+    wanted = {"qps": len(frame.qps), "gpus": len(frame.gpus), "ops": max(len(frame.ops), len(frame.peers)),
+              "reps": len(frame.repeaters)}
+    alloc = dict.fromkeys(order, 0)
     budget = lines
+    shown = []
     for k in order:
         if budget >= 2:
             alloc[k] = 1
             budget -= 2
-    for k in order:  # then fill, QPs first, but keep some room for the others
-        cap = wanted[k] if k != "qps" else max(wanted[k], 1)
-        room = min(cap - alloc[k], budget if k != "qps" else max(0, budget - _reserve(wanted, alloc)))
-        if room > 0:
-            alloc[k] += room
-            budget -= room
-    if budget > 0 and wanted["qps"] > alloc["qps"]:
-        extra = min(budget, wanted["qps"] - alloc["qps"])
-        alloc["qps"] += extra
-        budget -= extra
-    out: list[RenderableType] = []
-    if alloc["qps"]:
-        out.append(_qp_table(frame, width, alloc["qps"]))
-    if alloc["gpus"]:
-        out.append(_gpu_table(frame, width, alloc["gpus"]))
-    if alloc["ops"]:
-        out.append(_ops_peers(frame, width, alloc["ops"]))
-    if alloc["reps"]:
-        out.append(_repeater_table(frame, width, alloc["reps"]))
+            shown.append(k)
+    while budget > 0:
+        before = budget
+        for k in shown:
+            for _ in range(2 if k == "qps" else 1):
+                if budget > 0 and alloc[k] < wanted[k]:
+                    alloc[k] += 1
+                    budget -= 1
+        if budget == before:
+            break
+    build = {"qps": _qp_table, "gpus": _gpu_table, "ops": _ops_peers, "reps": _repeater_table}
+    out: list[RenderableType] = [build[k](frame, width, alloc[k]) for k in shown]
     if budget > 0:
         out.append(Text("\n" * (budget - 1)))
     return out
 
 
-def _reserve(wanted: dict, alloc: dict) -> int:
-    """Rows other sections want beyond their first, capped so the QP table keeps most space."""
-    return sum(min(wanted[k], 4) - alloc[k] for k in ("gpus", "ops", "reps") if wanted[k] > alloc[k])
-
-
 def _rows_fit(n: int, room: int) -> tuple[int, int]:
-    """(rows shown, rows hidden) when n rows share `room` lines with a '… more' line."""
-    if n <= room:
-        return n, 0
+    """(rows shown, rows hidden) when n rows share `room` lines, the last of them saying how
+    many more there are (when there is room for a row and that line)."""
+    if n <= room or room < 2:
+        return min(n, room), 0
     return room - 1, n - (room - 1)
 
 
@@ -385,7 +372,7 @@ def _gpu_table(frame: Frame, width: int, room: int) -> RenderableType:
     t.add_column("WQEs/s", width=10, justify="right", no_wrap=True)
     t.add_column("bytes/s", width=10, justify="right", no_wrap=True)
     if not frame.gpus:
-        return _empty(t, f"no GPU-initiated QP: {frame.gpu_gap}" if frame.gpu_gap else "no GPU-initiated QP")
+        return _empty(t, f"no GPU-initiated QP: {frame.gpu_gap}" if frame.gpu_gap else "no GPU-initiated QP seen")
     shown, hidden = _rows_fit(len(frame.gpus), room)
     for g in frame.gpus[:shown]:
         cells = [f"{g.pid}:gpu{g.gpu}" if multi else f"gpu{g.gpu}", str(g.qps), _cell(g.doorbells)]
