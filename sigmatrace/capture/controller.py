@@ -9,6 +9,7 @@ import os
 import queue
 import signal
 import subprocess
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -61,6 +62,7 @@ class Controller:
         self.warnings: list[str] = []
         self._device = None
         self._observers = []
+        self.stop_requested = threading.Event()  # set from another thread (the dashboard's q): detach now
 
     # ------------------------------------------------------------------ common
 
@@ -185,7 +187,7 @@ class Controller:
                 self._reap_ended(reported)
                 if child.poll() is not None and not self._live() and self.events.empty():
                     break
-                if deadline and time.monotonic() > deadline:
+                if (deadline and time.monotonic() > deadline) or self.stop_requested.is_set():
                     status = "detached"
                     break
             if interrupted:
@@ -263,7 +265,7 @@ class Controller:
             while self._live():
                 time.sleep(0.1)
                 self._reap_ended(reported)
-                if deadline and time.monotonic() > deadline:
+                if (deadline and time.monotonic() > deadline) or self.stop_requested.is_set():
                     status = "detached"
                     break
         except KeyboardInterrupt:

@@ -6,7 +6,7 @@ from typing import Optional
 import typer
 from typing_extensions import Annotated
 
-from .options import ModeOpt, OutOpt, ProvidersOpt, RingOpt, capture_options
+from .options import LiveOpt, ModeOpt, OutOpt, ProvidersOpt, RingOpt, capture_options, with_live
 from ..capture.config import DEFAULT_RING_RECORDS, Mode
 
 HELP = """Trace the running process PID until Ctrl-C or --duration; then every hook is removed and the process runs on as before. Needs the right to ptrace PID (its owner, or root). Verbs contexts and QPs made before the attach are found and reported as such."""
@@ -23,6 +23,7 @@ def register(app: typer.Typer) -> None:
         ring_records: RingOpt = DEFAULT_RING_RECORDS,
         quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress lines.")] = False,
         verbose: Annotated[bool, typer.Option("--verbose", "-v", help="More progress detail.")] = False,
+        live: LiveOpt = False,
     ) -> None:
         from ..capture import Controller
         from ..capture.ui import CaptureUI, RichUI
@@ -33,6 +34,7 @@ def register(app: typer.Typer) -> None:
             ui.warning(warning)
         if not quiet and duration is None:
             ui.status(f"tracing pid {pid}; Ctrl-C to stop (the process keeps running)")
-        result = Controller(opts, ui).attach(pid, duration=duration)
+        controller = Controller(opts, ui)
+        result = with_live(live, controller, lambda: controller.attach(pid, duration=duration))
         if not quiet:
             ui.status(f"{result.status}; trace written to {result.out} (sigmatrace report {result.out})")

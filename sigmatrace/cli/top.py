@@ -5,18 +5,25 @@
 """
 from __future__ import annotations
 
+import shutil
+import tempfile
 from pathlib import Path
 from typing import Optional
 
 import typer
+from typing_extensions import Annotated
 
+from ..capture.config import Mode
 from ..errors import UsageError
+from .options import ModeOpt, OutOpt, ProvidersOpt
 
 HELP = """Watch a running program's RDMA traffic live: doorbells per QP and GPU, operations and bytes
-by opcode, peers, WQE-recovery lag, repeaters, drops and what the tracer covers.
+by opcode, top peers, WQE-recovery lag, repeaters, drops, and what the tracer covers.
 
-Keys: q quits (detaches; the program keeps running), p pauses the display, s changes the sort.
-Without a terminal it prints one summary line per interval instead."""
+With --pid it attaches (like `sigmatrace attach`; the trace goes to a private temporary directory,
+removed at the end, unless --out is given). Keys: q quits (detaches; the program keeps running),
+p pauses the display, s changes the sort. Without a terminal it prints one summary line per
+interval instead, until the program ends."""
 
 
 def register(app: typer.Typer) -> None:
@@ -24,26 +31,66 @@ def register(app: typer.Typer) -> None:
 
 
 def top(
-    pid: Optional[int] = typer.Option(None, "--pid", "-p", help="Attach to this running process."),
-    trace: Optional[Path] = typer.Option(None, "--trace", help="Only watch this trace directory (written by another "
-                                         "sigmatrace session); attach to nothing."),
-    interval: Optional[float] = typer.Option(None, "--interval", min=0.1, max=60.0, show_default=False,
-                                             help="Seconds between redraws [default: 0.5; without a terminal, "
-                                             "between summary lines: 1]."),
+    pid: Annotated[Optional[int], typer.Option("--pid", metavar="PID", help="Attach to this running process.")] = None,
+    trace: Annotated[Optional[Path], typer.Option(
+        "--trace", metavar="DIR", help="Attach to nothing: watch the trace directory DIR that another sigmatrace "
+        "session (spawn, attach) is writing.")] = None,
+    mode: ModeOpt = Mode.AGGREGATE,
+    providers: ProvidersOpt = None,
+    out: OutOpt = None,
+    interval: Annotated[Optional[float], typer.Option(
+        "--interval", metavar="S", min=0.1, max=60.0, show_default=False,
+        help="Seconds between redraws [default: 0.5; without a terminal, between summary lines: 1].")] = None,
 ) -> None:
     if (pid is None) == (trace is None):
         raise UsageError("give either --pid PID (attach) or --trace DIR (watch)")
+    opts = _options(interval)
+    if trace is not None:
+        _watch(trace, opts)
+    else:
+        _attach(pid, mode, providers, out, opts)
+
+
+def _watch(trace: Path, opts) -> None:
     from ..dashboard.app import Dashboard
     from ..dashboard.source import LiveSource
 
-    opts = _options(interval)
-    if trace is not None:
-        if not trace.is_dir():
-            raise UsageError(f"{trace}: no such trace directory")
-        with LiveSource(trace) as source:
-            Dashboard(source, options=opts, should_stop=_end_when_finished).run()
-        return
-    raise UsageError("attaching needs the capture controller, which this build does not have yet")
+    if not trace.is_dir():
+        raise UsageError(f"{trace}: no such trace directory")
+    with LiveSource(trace) as source:
+        Dashboard(source, options=opts, should_stop=_end_when_finished).run()
+
+
+def _attach(pid: int, mode: Mode, providers: str | None, out: Path | None, opts) -> None:
+    from rich.console import Console
+
+    from ..capture import Controller
+    from ..capture.launch import check_pid
+    from ..capture.ui import RichUI
+    from ..dashboard.capture_live import run_with_dashboard
+    from .options import capture_options
+
+    check_pid(pid)  # before the screen is taken: a wrong pid is a one-line error
+    temporary = out is None
+    if temporary:
+        out = Path(tempfile.mkdtemp(prefix=f"sigmatrace-top-{pid}-"))  # 0700
+    try:
+        capture, warning = capture_options(mode, providers, out, follow_children=False)
+        ui = RichUI()
+        if warning:
+            ui.warning(warning)
+        controller = Controller(capture, ui)
+        console = Console()
+        result = run_with_dashboard(controller, lambda: controller.attach(pid), console=console, options=opts,
+                                    expect=(pid,), linger=True)
+        kept = "" if temporary else f"; trace written to {result.out} (sigmatrace report {result.out})"
+        if result.status == "completed":
+            ui.status(f"pid {pid} ended{kept}")
+        else:
+            ui.status(f"detached from pid {pid}; it keeps running{kept}")
+    finally:
+        if temporary:
+            shutil.rmtree(out, ignore_errors=True)
 
 
 def _options(interval: float | None):

@@ -72,6 +72,13 @@ class Dashboard:
             return self._run_live() if interactive else self._run_plain()
         except KeyboardInterrupt:
             return "interrupted"
+        except BrokenPipeError:
+            # the reader of our lines went away (`top | head`): as if q, and quietly
+            try:
+                os.dup2(os.open(os.devnull, os.O_WRONLY), self.console.file.fileno())
+            except (OSError, ValueError, AttributeError):
+                pass
+            return QUIT
 
     # -- without a terminal --------------------------------------------------------------------
 
@@ -100,7 +107,11 @@ class Dashboard:
 
     def _run_live(self) -> str:
         stdin_tty = sys.stdin.isatty()
-        reader = keymod.KeyReader(sys.stdin.fileno()) if stdin_tty else None
+        try:
+            out_fd = self.console.file.fileno()
+        except (AttributeError, ValueError, OSError):
+            out_fd = None
+        reader = keymod.KeyReader(sys.stdin.fileno(), out_fd) if stdin_tty else None
         with Live(console=self.console, screen=True, auto_refresh=False, redirect_stdout=False,
                   redirect_stderr=False, transient=True) as live:
             if reader:

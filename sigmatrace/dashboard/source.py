@@ -176,7 +176,7 @@ class LiveSource:
     def __init__(self, trace_dir: str | os.PathLike, expect: tuple[int, ...] = ()):
         self.trace_dir = Path(trace_dir)
         self.expect = tuple(expect)
-        self._watched: dict[int, _Watched] = {}
+        self._watched: dict[str, _Watched] = {}   # by directory name: p<pid> or p<pid>.<n>
         self._next_scan = 0.0
         self._rdtsc = _tsc_reader()
 
@@ -185,20 +185,24 @@ class LiveSource:
         if now >= self._next_scan:
             self._scan()
             self._next_scan = now + RESCAN_SECONDS
-        procs = [self._watched[pid].sample() for pid in sorted(self._watched)]
+        ordered = sorted(self._watched.items(), key=lambda kv: _order(kv[0]))
+        procs = [w.sample() for _, w in ordered]
+        # A program image replaced by exec (p<pid> when p<pid>.1 exists) has ended even though
+        # its pid lives on in the next image.
+        for i in range(len(ordered) - 1):
+            if _order(ordered[i][0])[0] == _order(ordered[i + 1][0])[0]:
+                procs[i].alive = False
         tsc = self._rdtsc() if self._rdtsc else None
         return Sample(time.monotonic(), tsc, procs)
 
     def _scan(self) -> None:
-        pids = set(self.expect)
+        names = {f"p{pid}" for pid in self.expect}
         try:
-            for d in self.trace_dir.iterdir():
-                if d.name.startswith("p") and d.name[1:].isdigit() and d.is_dir():
-                    pids.add(int(d.name[1:]))
+            names.update(d.name for d in self.trace_dir.iterdir() if _order(d.name) and d.is_dir())
         except OSError:
             pass
-        for pid in pids - self._watched.keys():
-            self._watched[pid] = _Watched(self.trace_dir / f"p{pid}", pid)
+        for name in names - self._watched.keys():
+            self._watched[name] = _Watched(self.trace_dir / name, _order(name)[0])
 
     def close(self) -> None:
         for w in self._watched.values():
@@ -210,6 +214,17 @@ class LiveSource:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+def _order(name: str) -> tuple[int, int] | None:
+    """(pid, n) of a process directory: p<pid>, or p<pid>.<n> for the n-th later program image
+    of the same pid (after exec); None for anything else."""
+    if not name.startswith("p"):
+        return None
+    pid, _, n = name[1:].partition(".")
+    if not pid.isdigit() or (n and not n.isdigit()):
+        return None
+    return int(pid), int(n or 0)
 
 
 def _tsc_reader():

@@ -96,7 +96,7 @@ def _title(frame: Frame, width: int, state: ViewState) -> Text:
         if p.tracing_for is not None:
             parts.append(f" {units.duration(p.tracing_for)}")
         if p.mode:
-            parts.append(f"  mode {p.mode}")
+            parts.append(f"  {p.mode}")
         parts.append(f"  doorbells {p.coverage.doorbell_mode.name.lower()}")
     elif procs:
         alive = sum(p.alive for p in procs)
