@@ -2,7 +2,8 @@
  * ibv_open_device, points the context's post_send slot at its own function, and writes the
  * same 48-byte POST_SEND record sigmatrace's simple mode writes (TSC, opcode, WR count, bytes,
  * remote address and key, wr_id, flags) into a thread-local buffer that it writes out with
- * write() whenever it fills, on the application's thread.  Output: $SHIM_OUT.<tid>.bin */
+ * write() whenever it fills, on the application's thread.  Output: $SHIM_OUT.<tid>.bin
+ * With SHIM_DISCARD=1 it never writes (the buffer wraps): the cost of recording alone. */
 #define _GNU_SOURCE
 #include <dlfcn.h>
 #include <fcntl.h>
@@ -18,6 +19,7 @@
 static int (*real_post_send)(struct ibv_qp *, struct ibv_send_wr *, struct ibv_send_wr **);
 static __thread struct st_record *buf;
 static __thread unsigned n, fd = 0, seq;
+static int discard = -1;
 
 static inline uint64_t tsc(void)
 {
@@ -64,8 +66,14 @@ static int shim_post_send(struct ibv_qp *qp, struct ibv_send_wr *wr, struct ibv_
     r->extra = wr->wr_id;
     r->aux32 = nwr;
     r->seq = ++seq;
-    if (++n == BUF)
-        flush();
+    if (++n == BUF) {
+        if (discard < 0)
+            discard = getenv("SHIM_DISCARD") != NULL;
+        if (discard)
+            n = 0;
+        else
+            flush();
+    }
     return ret;
 }
 
@@ -84,6 +92,6 @@ struct ibv_context *ibv_open_device(struct ibv_device *d)
 
 __attribute__((destructor)) static void shim_fini(void)
 {
-    if (n)
+    if (n && discard != 1)
         flush();
 }

@@ -248,11 +248,12 @@ class Controller:
         self.session.write()
         self._observers = load_observers(self.options, out)
         try:
-            self.ui.status(f"attaching to pid {pid}")
             self._trace(pid, attached=True)
         except SigmatraceError:
             self.session.finish("failed", warnings=self.warnings)
             raise
+        self.ui.status("Ctrl-C stops tracing (the process keeps running)" if duration is None
+                       else f"tracing for {duration:g} s")
         status = self._wait_procs(duration)
         self.session.finish(status, warnings=self.warnings)
         return CaptureResult(out, status, None, [pid], self.warnings)

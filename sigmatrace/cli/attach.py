@@ -32,8 +32,6 @@ def register(app: typer.Typer) -> None:
         ui = CaptureUI() if quiet else RichUI(verbose=verbose)
         if warning:
             ui.warning(warning)
-        if not quiet and duration is None:
-            ui.status(f"tracing pid {pid}; Ctrl-C to stop (the process keeps running)")
         controller = Controller(opts, ui)
         result = with_live(live, controller, lambda: controller.attach(pid, duration=duration))
         if not quiet:

@@ -151,9 +151,12 @@ def compute(td: TraceDir) -> dict:
         peers = [r for r in by_qpn.get(q["remote_qpn"], []) if r["remote_qpn"] == q["qpn"] and r is not q]
         q["remote_pid"] = peers[0]["pid"] if len(peers) == 1 else None
     session = td.session or {}
+    status = session.get("status")
+    if status in (None, "running") and any(pr["state"] == "controller_lost" for pr in processes):
+        status = "controller_lost"  # the controller was killed; the runtime finished on its own
     return {
         "mode": session.get("mode"),
-        "status": session.get("status"),
+        "status": status,
         "calls": dict(sorted(totals["calls"].items())),
         "ops": dict(sorted(totals["ops"].items())),
         "bytes": totals["bytes"],
