@@ -130,6 +130,8 @@ class Controller:
                 reported.add(name)
                 how = {"process-terminated": "exited", "process-replaced": "replaced by exec",
                        "application-requested": "detached"}.get(tp.end_reason or "", tp.end_reason or "ended")
+                if tp.replaced:
+                    how = "replaced by exec"
                 tp.meta.set(end=how)
                 tp.meta.write()
                 self.ui.process_ended(tp.pid, how)
@@ -177,6 +179,9 @@ class Controller:
                     interrupted = True
                     break
                 if kind == "hello":
+                    for tp in self.procs.values():
+                        if tp.pid == item.pid:
+                            tp.replaced = True  # a new program image of a pid we trace: it called exec
                     is_root = item.pid == child.pid and not root_seen
                     try:
                         if is_root or self.options.follow_children:

@@ -36,6 +36,7 @@ class TracedProcess:
         self.script = None
         self.ended = threading.Event()
         self.end_reason: str | None = None
+        self.replaced = False  # set when the same pid says hello again after an exec
         self.providers: dict[str, str] = {}
         self.hooks: dict[str, dict] = {}
         self.errors: list[dict] = []

@@ -51,6 +51,10 @@ def _process_summary(p, qps: dict, totals: dict) -> dict:
         cov = int(h["coverage"])
         proc["coverage"] = {name: bool(cov & bit) for name, bit in STAGES}
         proc["state"] = _enum_name(lv.State, h["state"])
+        if proc["state"] == "tracing" and p.meta.get("end"):
+            # the runtime never ran its end: the image was replaced (exec) or the process ended
+            # without its exit path (a signal, _exit); what was flushed is all there is
+            proc["state"] = "replaced_by_exec" if p.meta["end"] == "replaced by exec" else "ended_abruptly"
         proc["mode"] = _enum_name(lv.Mode, h["mode"])
         for pr in h["providers"][:int(h["n_providers"])]:
             proc["providers"][bytes(pr["name"]).rstrip(b"\0").decode()] = PROVIDER_STATES.get(int(pr["state"]), int(pr["state"]))

@@ -154,3 +154,16 @@ def test_report_corrupt_trace(tmp_path):
     assert r["calls"] == {} and r["coverage"]["hooks_installed"] is False
     res = sigmatrace("report", t, check=True)
     assert "problem(s) reading the trace" in res.stdout
+
+
+def test_exec_makes_a_second_image_directory(tmp_path):
+    t = tmp_path / "t"
+    res = sigmatrace("spawn", "-q", "--out", t, "--", "/bin/sh", "-c", "exec /bin/echo hi", check=True)
+    assert res.stdout == "hi\n"
+    r = report(t)
+    procs = {p["dir"]: p for p in r["processes"]}
+    [sh_dir] = [d for d in procs if "." not in d]
+    assert set(procs) == {sh_dir, sh_dir + ".1"}
+    assert procs[sh_dir]["argv"][0] == "/bin/sh" and procs[sh_dir]["state"] == "replaced_by_exec"
+    assert procs[sh_dir + ".1"]["argv"] == ["/bin/echo", "hi"] and procs[sh_dir + ".1"]["state"] == "exited"
+    assert procs[sh_dir]["pid"] == procs[sh_dir + ".1"]["pid"] and r["problems"] == []
