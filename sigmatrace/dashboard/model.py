@@ -26,6 +26,11 @@ from .history import CounterHistory
 from .source import ColdState, ProcessSample, Sample
 
 
+# How a repeater waits for the next doorbell, in the words the dashboard shows.
+REPEATER_STATES = {lv.RepeaterState.SPINNING: "spinning", lv.RepeaterState.PAUSING: "backing off",
+                   lv.RepeaterState.SLEEPING: "sleeping", lv.RepeaterState.STOPPED: "stopped"}
+
+
 class SortKey(enum.Enum):
     DOORBELLS = "doorbells/s"
     BYTES = "bytes/s"
@@ -387,7 +392,7 @@ class _Build:
             state = cov.as_enum(lv.RepeaterState, r["state"], None)
             if state == lv.RepeaterState.UNUSED:
                 continue
-            row = RepeaterRow(pid, i, state.name.lower() if state is not None else f"state {int(r['state'])}", int(r["cpu"]),
+            row = RepeaterRow(pid, i, REPEATER_STATES.get(state, f"state {int(r['state'])}"), int(r["cpu"]),
                               int(r["n_qps"]), *(Metric(("rep", pid, i, f)) for f in ("doorbells", "forwarded", "backoffs", "sleeps")))
             for m, f in ((row.doorbells, "doorbells"), (row.forwarded, "forwarded"), (row.backoffs, "backoffs"), (row.sleeps, "sleeps")):
                 self.v[m.key] = float(r[f])

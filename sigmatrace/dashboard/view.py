@@ -424,7 +424,7 @@ def _repeater_table(frame: Frame, width: int, room: int) -> RenderableType:
     multi = len(frame.processes) > 1
     t = _table()
     t.add_column("repeater", width=12 if multi else 8, no_wrap=True)
-    t.add_column("state", width=9, no_wrap=True)
+    t.add_column("state", width=11, no_wrap=True)
     t.add_column("cpu", width=4, justify="right", no_wrap=True)
     t.add_column("QPs", width=4, justify="right", no_wrap=True)
     t.add_column("doorbells/s", width=11, justify="right", no_wrap=True)
@@ -435,7 +435,7 @@ def _repeater_table(frame: Frame, width: int, room: int) -> RenderableType:
         gap = frame.totals.doorbells.gap
         return _empty(t, f"no repeater: doorbells {gap}" if gap else "no repeater started")
     shown, hidden = _rows_fit(len(frame.repeaters), room)
-    styles = {"spinning": "green", "pausing": "yellow", "sleeping": "blue", "stopped": "dim"}
+    styles = {"spinning": "green", "backing off": "yellow", "sleeping": "blue", "stopped": "dim"}
     for r in frame.repeaters[:shown]:
         t.add_row(f"{r.pid}:#{r.index}" if multi else f"#{r.index}", Text(r.state, style=styles.get(r.state, "")),
                   "-" if r.cpu < 0 else str(r.cpu), str(r.qps), _cell(r.doorbells), _cell(r.forwarded),

@@ -123,7 +123,7 @@ def test_model_rates_totals_and_sources_are_exact(tmp_path):
     assert [(g.gpu, g.doorbells.rate, g.ops.rate) for g in f.gpus] == [(3, 80.0, 160.0)]
     assert {(o.source, o.name): o.ops.rate for o in f.ops} == {("posted", "RDMA_WRITE"): 1000.0, ("wqe", "ATOMIC_FA"): 160.0}
     assert [(p.label, p.bytes.rate) for p in f.peers] == [("qp 0x99", 100000.0), ("qp 0x77", 1280.0)]
-    assert [(r.state, r.doorbells.rate) for r in f.repeaters] == [("pausing", 80.0)]
+    assert [(r.state, r.doorbells.rate) for r in f.repeaters] == [("backing off", 80.0)]
     assert f.drops.total == 0 and f.drops.gap is None
     # the sort key orders the QP rows; s cycles through all of them
     assert [r.qpn for r in f.qps] == [0x22, 0x11]  # doorbells/s: a watched QP first
