@@ -5,7 +5,8 @@ runs on a thread of its own, reading the live blocks of the controller's trace d
 Quitting the dashboard (q) asks the controller to detach, exactly as the end of `--duration`
 does: the hooks come out, the program keeps running (repeaters keep forwarding).  When the
 controller finishes first (the program ended, Ctrl-C), the dashboard closes, unless `linger`
-keeps it showing the final numbers until the user quits.
+keeps it showing the final numbers until the user quits (only when the program ended by itself:
+Ctrl-C closes it at once).
 
 While the dashboard owns the screen, the controller's progress goes to the dashboard's title
 line; warnings and errors are kept and printed once the screen is given back.
@@ -87,7 +88,7 @@ def run_with_dashboard(controller, capture: Callable[[], T], *, console: Console
     ui = DashboardUI(controller.ui)
     controller.ui = ui
     captured = threading.Event()      # the controller has returned
-    succeeded = threading.Event()     # ... with a result (lingering makes sense only then)
+    succeeded = threading.Event()     # ... because the program ended (lingering makes sense only then)
     failure: list[BaseException] = []
 
     def show() -> None:
@@ -109,7 +110,8 @@ def run_with_dashboard(controller, capture: Callable[[], T], *, console: Console
     thread.start()
     try:
         result = capture()
-        succeeded.set()
+        if getattr(result, "status", None) == "completed":
+            succeeded.set()
     finally:
         captured.set()
         while thread.is_alive():

@@ -133,3 +133,31 @@ def test_spawn_live_q_detaches_and_the_program_finishes(tmux, tmp_path, counter_
     wait_for(lambda: "EXITED rc=" in tmux.screen(), 120, what="spawn to end with its program")
     assert "EXITED rc=0" in tmux.screen()
     assert f"DONE sum={80 * 81 // 2} ok=1" in (tmp_path / "prog.out").read_text()
+
+
+def test_top_pid_shows_the_end_of_the_program_until_q(tmux, program):
+    prog = program(steps=30, pause=0.1)  # ends by itself 3 s in
+    tmux.start(" ".join(SIGMATRACE) + f" top --pid {prog.pid}")
+    wait_for(lambda: "every traced process has exited" in tmux.screen(), 90, what="the program's end on screen")
+    rc, out = prog.finish(timeout=30)
+    assert rc == 0 and f"DONE sum={30 * 31 // 2} ok=1" in out
+    screen = tmux.screen()
+    assert f"pid {prog.pid}" in screen.splitlines()[0] and "exited" in screen.splitlines()[0]
+    assert rates_in(screen) == []  # an exited process has totals, not rates
+    tmux.keys("q")
+    wait_for(lambda: "EXITED rc=0" in tmux.screen(), 60, what="top to end")
+    assert f"pid {prog.pid} ended" in tmux.screen()
+    assert not _temp_dirs(prog.pid)
+
+
+def test_top_pid_ctrl_c_detaches_and_the_program_finishes(tmux, program):
+    prog = program(steps=100, pause=0.1)
+    tmux.start(" ".join(SIGMATRACE) + f" top --pid {prog.pid}")
+    wait_for(lambda: "libibverbs not loaded" in tmux.screen(), 90, what="the attached dashboard")
+    tmux.keys("C-c")
+    wait_for(lambda: "EXITED rc=" in tmux.screen(), 60, what="top to end on Ctrl-C")
+    assert f"detached from pid {prog.pid}; it keeps running" in tmux.screen()
+    assert prog.proc.poll() is None
+    assert not _temp_dirs(prog.pid)
+    rc, out = prog.finish(timeout=120)
+    assert rc == 0 and f"DONE sum={100 * 101 // 2} ok=1" in out
