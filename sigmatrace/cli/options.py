@@ -40,6 +40,20 @@ def with_live(live: bool, controller, capture):
     return run_with_dashboard(controller, capture, console=Console(stderr=True))
 
 
+# GPU doorbells (the doorbell hijack; see docs/doorbells.md)
+DoorbellsOpt = Annotated[str, typer.Option(
+    "--doorbells", metavar="wqe|forward",
+    help="GPU doorbells: wqe (default) forwards each doorbell and recovers the WQEs it announces; "
+         "forward records doorbell timing only.")]
+NoDoorbellsOpt = Annotated[bool, typer.Option(
+    "--no-doorbells", help="Do not substitute GPU doorbell pages at all.")]
+RepeaterCpusOpt = Annotated[Optional[str], typer.Option(
+    "--repeater-cpus", metavar="LIST", help="Pin doorbell repeater threads to these CPUs (e.g. 2,3 or 8-11).")]
+WqeBatchOpt = Annotated[int, typer.Option(
+    "--wqe-batch", metavar="N", min=1,
+    help="Parse recovered WQEs once N send-queue slots wait (at most half of each ring).")]
+
+
 def capture_options(mode: Mode, providers: str | None, out: Path | None, ring_records: int | None = None,
                     follow_children: bool = True) -> tuple[CaptureOptions, str | None]:
     """CaptureOptions from the shared options; also a warning about {rank} if there is one."""
@@ -52,3 +66,13 @@ def capture_options(mode: Mode, providers: str | None, out: Path | None, ring_re
     if ring_records:
         opts.ring_records = ring_records
     return opts, warning
+
+
+def doorbell_options(opts: CaptureOptions, doorbells: str = "wqe", no_doorbells: bool = False,
+                     repeater_cpus: str | None = None, wqe_batch: int | None = None) -> CaptureOptions:
+    """Apply --doorbells / --no-doorbells / --repeater-cpus / --wqe-batch to `opts`."""
+    from ..doorbells import doorbell_settings
+
+    opts.doorbells, extra = doorbell_settings(doorbells, no_doorbells, repeater_cpus, wqe_batch)
+    opts.runtime.update(extra)
+    return opts

@@ -15,7 +15,7 @@ from typing_extensions import Annotated
 
 from ..capture.config import Mode
 from ..errors import UsageError
-from .options import ModeOpt, OutOpt, ProvidersOpt
+from .options import DoorbellsOpt, ModeOpt, NoDoorbellsOpt, ProvidersOpt, RepeaterCpusOpt, WqeBatchOpt
 
 HELP = """Watch a running program's RDMA traffic live: doorbells per QP and GPU, operations and bytes
 by opcode, top peers, WQE-recovery lag, repeaters, drops, and what the tracer covers.
@@ -37,10 +37,16 @@ def top(
         "session (spawn, attach) is writing.")] = None,
     mode: ModeOpt = Mode.AGGREGATE,
     providers: ProvidersOpt = None,
-    out: OutOpt = None,
+    out: Annotated[Optional[Path], typer.Option(
+        "--out", "-o", metavar="DIR", help="Keep the trace in DIR (created owner-only; {rank} expands as for "
+        "spawn). Default: a private temporary directory, removed when top ends.")] = None,
+    doorbells: DoorbellsOpt = "wqe",
+    no_doorbells: NoDoorbellsOpt = False,
+    repeater_cpus: RepeaterCpusOpt = None,
+    wqe_batch: WqeBatchOpt = 128,
     interval: Annotated[Optional[float], typer.Option(
         "--interval", metavar="S", min=0.1, max=60.0, show_default=False,
-        help="Seconds between redraws [default: 0.5; without a terminal, between summary lines: 1].")] = None,
+        help="Seconds between redraws (default 0.5; without a terminal, between summary lines: 1).")] = None,
 ) -> None:
     if (pid is None) == (trace is None):
         raise UsageError("give either --pid PID (attach) or --trace DIR (watch)")
@@ -48,7 +54,7 @@ def top(
     if trace is not None:
         _watch(trace, opts)
     else:
-        _attach(pid, mode, providers, out, opts)
+        _attach(pid, mode, providers, out, (doorbells, no_doorbells, repeater_cpus, wqe_batch), opts)
 
 
 def _watch(trace: Path, opts) -> None:
@@ -61,14 +67,14 @@ def _watch(trace: Path, opts) -> None:
         Dashboard(source, options=opts, should_stop=_end_when_finished).run()
 
 
-def _attach(pid: int, mode: Mode, providers: str | None, out: Path | None, opts) -> None:
+def _attach(pid: int, mode: Mode, providers: str | None, out: Path | None, doorbells: tuple, opts) -> None:
     from rich.console import Console
 
     from ..capture import Controller
     from ..capture.launch import check_pid
     from ..capture.ui import RichUI
     from ..dashboard.capture_live import run_with_dashboard
-    from .options import capture_options
+    from .options import capture_options, doorbell_options
 
     check_pid(pid)  # before the screen is taken: a wrong pid is a one-line error
     temporary = out is None
@@ -76,6 +82,7 @@ def _attach(pid: int, mode: Mode, providers: str | None, out: Path | None, opts)
         out = Path(tempfile.mkdtemp(prefix=f"sigmatrace-top-{pid}-"))  # 0700
     try:
         capture, warning = capture_options(mode, providers, out, follow_children=False)
+        doorbell_options(capture, *doorbells)
         ui = RichUI()
         if warning:
             ui.warning(warning)
