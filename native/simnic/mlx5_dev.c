@@ -87,16 +87,29 @@ static int create_devices(void)
 	return 0;
 }
 
+/* The devices belong to the process that created them: a forked child is another node on
+ * the fabric and gets its own (the parent's contexts are unusable there, as with hardware). */
+static pid_t g_devs_pid;
+
+static void after_fork_child(void)
+{
+	pthread_mutex_init(&g_dev_lock, NULL);
+	sn_fork_child_reset();
+}
+
 struct ibv_device **sn_get_device_list(int *num)
 {
 	struct ibv_device **list;
+	static pthread_once_t once = PTHREAD_ONCE_INIT;
+	void install_atfork(void);
 
+	pthread_once(&once, install_atfork);
 	pthread_mutex_lock(&g_dev_lock);
-	if (!sn_ndevices) {
-		static int done;
-
-		if (!done++)
-			create_devices();
+	if (g_devs_pid != getpid()) {
+		sn_ndevices = 0;	/* inherited across fork: not ours */
+		memset(sn_devices, 0, sizeof(sn_devices));
+		g_devs_pid = getpid();
+		create_devices();
 	}
 	pthread_mutex_unlock(&g_dev_lock);
 	list = calloc((size_t)sn_ndevices + 1, sizeof(*list));
@@ -109,6 +122,16 @@ struct ibv_device **sn_get_device_list(int *num)
 	if (num)
 		*num = sn_ndevices;
 	return list;
+}
+
+void install_atfork(void)
+{
+	pthread_atfork(NULL, NULL, after_fork_child);
+}
+
+int sn_devices_are_ours(void)
+{
+	return g_devs_pid == getpid();
 }
 
 static struct sn_device *to_sdev(struct ibv_device *d)

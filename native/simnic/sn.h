@@ -507,6 +507,8 @@ void sn_async_event(struct sn_engine *eng, struct sn_eqp *q, enum ibv_event_type
 /* provider objects used by the engine for events */
 struct sn_qp *sn_qp_of(struct sn_eqp *q);
 
+int sn_devices_are_ours(void);
+void sn_fork_child_reset(void);
 extern int sn_ndevices;
 extern struct sn_device *sn_devices[SN_MAX_DEVICES];
 
