@@ -162,6 +162,7 @@ class Totals:
     recv_wrs: Metric
     completions: Metric
     completion_errors: Metric
+    uncounted_qps: int = 0          # QPs whose work the totals cannot include (not watched, ...)
 
 
 @dataclass
@@ -240,6 +241,7 @@ class _Build:
         self._verbs_by_qp: dict[int, tuple[int, int, int]] = {}
         self.sum_doorbells = 0.0
         self.sum_wqe_only = [0.0, 0.0]       # ops, bytes of WQE-counted QPs no hook sees
+        self._agg_full = False
 
     def process(self, ps: ProcessSample, tsc_now: int | None) -> None:
         snap = ps.snapshot
@@ -297,15 +299,16 @@ class _Build:
                 m.gap = why
 
     def _threads(self, pid: int, threads: np.ndarray, c: cov.Coverage) -> None:
-        self._verbs_by_qp: dict[int, tuple[int, int, int]] = {}
-        self.sum_doorbells = 0.0
-        self.sum_wqe_only = [0.0, 0.0]       # ops, bytes of WQE-counted QPs no hook sees
+        self._verbs_by_qp = {}
+        self._agg_full = False
         if c.verbs_gap is not None or not len(threads):
             return
         self.posted_ops += threads["ops"].sum(axis=0, dtype=np.uint64)
         self.posted_bytes += threads["bytes"].sum(axis=0, dtype=np.uint64)
         for i, f in enumerate(("recv_wrs", "recv_bytes", "completions", "completion_errors")):
             self.recv[i] += np.uint64(threads[f].sum(dtype=np.uint64))
+        # A thread whose 64 per-QP slots are all taken keeps no per-QP totals for further QPs.
+        self._agg_full = bool(((threads["qps"]["qpn"] != 0).sum(axis=1) >= lv.THREAD_QPS).any())
         agg = threads["qps"].reshape(-1)
         agg = agg[(agg["qpn"] != 0) | (agg["ops"] != 0)]
         if not len(agg):
@@ -341,14 +344,19 @@ class _Build:
                 remote = info.remote_qpn
             peer = _peer_label(remote, info)
 
-            if watched and c.doorbell_gap is None:
+            # Doorbells are watched per QP (its UAR page goes through a repeater); a QP that is
+            # not says so whatever the reason, the coverage lines say why none is.
+            if not watched:
+                db = Metric(gap="not watched")
+            elif c.doorbell_gap is None:
                 db = Metric(("qdb", pid, qpn))
                 self.v[db.key] = float(slot["doorbells"])
                 self.sum_doorbells += self.v[db.key]
             else:
-                db = Metric(gap=c.doorbell_gap or "not watched")
+                db = Metric(gap=c.doorbell_gap)
 
-            lag = Metric(gap=c.wqe_gap if c.wqe_gap else (None if watched else "not watched"))
+            lag = Metric(gap="not watched" if not watched else c.wqe_gap)
+            is_verbs = qpn in verbs or bool(flags & lv.QpFlag.VERBS)
             if watched and c.wqe_gap is None:
                 lag.total = float(int(slot["pi"]) - int(slot["wqe_pi"])) if int(slot["pi"]) >= int(slot["wqe_pi"]) else 0.0
                 source, o, b = "wqe", float(slot["wqes"]), float(slot["wqe_bytes"])
@@ -356,6 +364,9 @@ class _Build:
                 self.wqe_bytes += slot["wqe_op_bytes"]
             elif qpn in verbs and c.verbs_gap is None:
                 source, o, b = "verbs", float(verbs[qpn][0]), float(verbs[qpn][1])
+            elif is_verbs and c.verbs_gap is None and not self._agg_full:
+                # hooked, and never posted on (e.g. the receiving side): a true zero
+                source, o, b = "verbs", 0.0, 0.0
             else:
                 source, o, b = "", None, None
             if source:
@@ -364,11 +375,16 @@ class _Build:
                 if source == "wqe" and not flags & lv.QpFlag.VERBS:
                     self.sum_wqe_only[0] += o
                     self.sum_wqe_only[1] += b
-                pr = self.peers.setdefault(peer, PeerRow(peer, Metric(("peer_ops", peer)), Metric(("peer_bytes", peer))))
-                self.v[pr.ops.key] = self.v.get(pr.ops.key, 0.0) + o
-                self.v[pr.bytes.key] = self.v.get(pr.bytes.key, 0.0) + b
+                pk_ops, pk_bytes = ("peer_ops", peer), ("peer_bytes", peer)
+                self.v[pk_ops] = self.v.get(pk_ops, 0.0) + o
+                self.v[pk_bytes] = self.v.get(pk_bytes, 0.0) + b
+                if self.v[pk_ops] and peer not in self.peers:  # a peer nothing was sent to is not listed
+                    self.peers[peer] = PeerRow(peer, Metric(pk_ops), Metric(pk_bytes))
             else:
-                why = c.verbs_gap if (qpn in verbs or flags & lv.QpFlag.VERBS) else (c.wqe_gap or "not watched")
+                if is_verbs:
+                    why = c.verbs_gap or "untracked"  # beyond the 64 per-QP slots of a thread
+                else:
+                    why = "not watched" if not watched else c.wqe_gap
                 ops, nbytes = Metric(gap=why), Metric(gap=why)
             self.qps.append(QpRow(pid, qpn, kind, gpu, peer, source, db, ops, nbytes, lag))
 
@@ -422,6 +438,7 @@ class _Build:
             recv_wrs=Metric(("T", "recv_wrs"), gap=verbs_gap),
             completions=Metric(("T", "completions"), gap=verbs_gap),
             completion_errors=Metric(("T", "completion_errors"), gap=verbs_gap),
+            uncounted_qps=sum(1 for q in self.qps if not q.source),
         )
         # Every opcode's counter is followed while its source is counted (a zero in an older
         # sample is a real zero); rows are made for those that ever counted something.

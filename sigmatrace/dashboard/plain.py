@@ -38,6 +38,8 @@ def summary_line(frame: Frame, wall: float | None = None) -> str:
         parts.append(f"ops {_m(t.ops)} {_m(t.bytes, units.byte_rate, units.nbytes)}")
     else:
         parts.append(f"ops {_m(t.ops)}")
+    if t.uncounted_qps and not (t.ops.gap and t.doorbells.gap):
+        parts[-1] += f" (+{t.uncounted_qps} QPs not counted)"
     parts.append(f"lag {t.lag.gap}" if t.lag.gap else f"lag {int(t.lag.total or 0)} BB")
     d = frame.drops
     parts.append(f"drops not counted ({d.gap})" if d.gap else f"drops {d.total}")

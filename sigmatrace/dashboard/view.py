@@ -195,6 +195,8 @@ def _totals_line(frame: Frame, width: int) -> Text:
         segs += ["  cqes ", _seg(t.completions)]
     if t.completion_errors.gap is None and (t.completion_errors.total or 0) > 0:
         segs += [(f"  {int(t.completion_errors.total)} cqe errors", "bold red")]
+    if t.uncounted_qps and not (t.ops.gap and t.doorbells.gap):
+        segs += [(f"  +{t.uncounted_qps} QP{'s' if t.uncounted_qps > 1 else ''} not counted", "yellow")]
     return _line(*segs, width=width)
 
 

@@ -161,3 +161,129 @@ def test_top_pid_ctrl_c_detaches_and_the_program_finishes(tmux, program):
     assert not _temp_dirs(prog.pid)
     rc, out = prog.finish(timeout=120)
     assert rc == 0 and f"DONE sum={100 * 101 // 2} ok=1" in out
+
+
+# -- a real verbs workload on the emulated NIC, at known rates ---------------------------------
+
+
+class VerbsRate:
+    """tests/top/progs/verbs_rate.c on the emulated NIC: RDMA WRITEs at known rates, progress in
+    a file (what the program itself achieved)."""
+
+    def __init__(self, exe: Path, tmp: Path, rates: list[int], seconds: float, size: int = 64):
+        from sigmatrace.simnic import environment, unique_fabric
+
+        self.progress = tmp / f"progress-{time.monotonic_ns()}.txt"
+        self.size = size
+        env = {**os.environ, **environment(devices=1, fabric=unique_fabric("top"))}
+        self.proc = subprocess.Popen([str(exe), "--rates", ",".join(map(str, rates)), "--seconds", str(seconds),
+                                      "--size", str(size), "--progress", str(self.progress)],
+                                     stdout=subprocess.PIPE, text=True, env=env, start_new_session=True)
+        line = self.proc.stdout.readline()
+        assert line.startswith("READY"), line
+        parts = line.split()
+        self.pid = int(parts[1])
+        qpns = [int(x) for x in parts[3:]]
+        self.senders, self.receivers = qpns[0::2], qpns[1::2]
+
+    def rates(self) -> list[float]:
+        """Writes/s of each pair over the program's own last second."""
+        rows = [[int(x) for x in ln.split()] for ln in self.progress.read_text().splitlines() if ln.strip()]
+        assert len(rows) >= 6, rows
+        a, b = rows[-6], rows[-1]
+        dt = (b[0] - a[0]) / 1e9
+        return [(y - x) / dt for x, y in zip(a[1:], b[1:])]
+
+    def finish(self, timeout: float) -> tuple[int, str]:
+        out, _ = self.proc.communicate(timeout=timeout)
+        return self.proc.returncode, out
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait()
+
+
+@pytest.fixture(scope="module")
+def verbs_rate_exe(tmp_path_factory) -> Path:
+    exe = tmp_path_factory.mktemp("progs") / "verbs_rate"
+    subprocess.run(["cc", "-O2", str(PROGS / "verbs_rate.c"), "-o", str(exe), "-libverbs"], check=True)
+    return exe
+
+
+@pytest.fixture
+def verbs_rate(verbs_rate_exe, tmp_path):
+    made: list[VerbsRate] = []
+
+    def start(rates: list[int], seconds: float) -> VerbsRate:
+        w = VerbsRate(verbs_rate_exe, tmp_path, rates, seconds)
+        made.append(w)
+        return w
+
+    yield start
+    for w in made:
+        w.kill()
+
+
+def _shown_rate(tmux, first_word: str, index: int, samples: int = 5) -> float:
+    got = []
+    for _ in range(samples):
+        def rate():
+            ln = row(tmux.lines(), first_word)
+            found = rates_in(ln) if ln else []
+            return found[index] if len(found) > index else None
+        got.append(wait_for(rate, 60, what=f"a rate on the {first_word} row"))
+        time.sleep(0.6)
+    return sorted(got)[len(got) // 2]
+
+
+def test_top_pid_shows_the_rates_a_verbs_program_reports(tmux, verbs_rate):
+    work = verbs_rate([6000, 1500], seconds=40)
+    tx0, tx1 = (f"0x{q:x}" for q in work.senders)
+    rx0, rx1 = (f"0x{q:x}" for q in work.receivers)
+    tmux.start(" ".join(SIGMATRACE) + f" top --pid {work.pid}")
+    wait_for(lambda: "verbs hooked" in tmux.screen(), 90, what="the attached dashboard")
+    # The QP rows: a sender's first rate is its ops/s (its doorbells are not watched: a CPU QP)
+    shown0 = _shown_rate(tmux, tx0, 0)
+    shown1 = _shown_rate(tmux, tx1, 0)
+    own = work.rates()
+    assert abs(shown0 - own[0]) <= 0.10 * own[0], (shown0, own)
+    assert abs(shown1 - own[1]) <= 0.10 * own[1], (shown1, own)
+    lines = tmux.lines()
+    assert "not watched" in row(lines, tx0)
+    assert rates_in(row(lines, tx0))[1] == pytest.approx(rates_in(row(lines, tx0))[0] * work.size, rel=0.02)
+    assert rates_in(row(lines, rx0))[0] == 0  # hooked, never posts: a true zero
+    # opcodes and peers: everything is RDMA_WRITE, to the receiving QPs
+    assert abs(rates_in(row(lines, "RDMA_WRITE"))[0] - sum(own)) <= 0.10 * sum(own)
+    assert f"qp {rx0}" in "\n".join(lines) and f"qp {rx1}" in "\n".join(lines)
+    # q: top detaches, the program runs on to a correct finish
+    tmux.keys("q")
+    wait_for(lambda: "EXITED rc=0" in tmux.screen(), 60, what="top to detach and exit")
+    assert work.proc.poll() is None
+    rc, out = work.finish(timeout=120)
+    assert rc == 0 and '"ok": true' in out, out
+
+
+def test_top_pid_plain_lines_of_a_verbs_program_end_with_its_totals(verbs_rate, tmp_path):
+    work = verbs_rate([4000], seconds=6)
+    out_dir = tmp_path / "kept"
+    res = subprocess.run([*SIGMATRACE, "top", "--pid", str(work.pid), "--out", str(out_dir)], cwd=ROOT,
+                         capture_output=True, text=True, stdin=subprocess.DEVNULL, timeout=180)
+    assert res.returncode == 0, res.stderr
+    rc, out = work.finish(timeout=60)
+    assert rc == 0 and '"ok": true' in out, out
+    lines = res.stdout.strip().splitlines()
+    steady = [rates_in(ln.split(" | ")[3])[0] for ln in lines if " tracing " in ln and rates_in(ln.split(" | ")[3])]
+    assert steady, lines
+    assert abs(sorted(steady)[len(steady) // 2] - 4000) <= 400, lines
+    # the last line: the totals the live block holds (posts since the attach), not rates
+    from sigmatrace.dashboard.units import nbytes, si
+    from sigmatrace.trace.reader import TraceDir
+
+    snap = TraceDir(out_dir).processes[0].live()
+    posted = int(snap.threads["ops"].sum())
+    assert 0 < posted < int(out.split('"writes": ')[1].split(",")[0])  # attached after the start
+    assert f"pid {work.pid} exited" in lines[-1]
+    assert f"ops {si(posted)} total (exited) {nbytes(posted * work.size)} total (exited)" in lines[-1], lines[-1]
+    assert "trace written to" in " ".join(res.stderr.split())  # rich folds long lines: compare without them
+    assert str(out_dir) in "".join(res.stderr.split())
