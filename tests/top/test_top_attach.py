@@ -90,7 +90,7 @@ def test_top_pid_on_a_program_without_rdma_libraries(tmux, program):
 
 
 def test_top_pid_without_a_terminal_prints_lines_until_the_program_ends(program):
-    prog = program(steps=40, pause=0.1)
+    prog = program(steps=80, pause=0.1)  # 8 s: attaching takes a while on a loaded machine
     res = subprocess.run([*SIGMATRACE, "top", "--pid", str(prog.pid)], cwd=ROOT, capture_output=True, text=True,
                          stdin=subprocess.DEVNULL, timeout=180)
     assert res.returncode == 0, res.stderr
@@ -136,11 +136,11 @@ def test_spawn_live_q_detaches_and_the_program_finishes(tmux, tmp_path, counter_
 
 
 def test_top_pid_shows_the_end_of_the_program_until_q(tmux, program):
-    prog = program(steps=30, pause=0.1)  # ends by itself 3 s in
+    prog = program(steps=80, pause=0.1)  # ends by itself 8 s in
     tmux.start(" ".join(SIGMATRACE) + f" top --pid {prog.pid}")
     wait_for(lambda: "every traced process has exited" in tmux.screen(), 90, what="the program's end on screen")
     rc, out = prog.finish(timeout=30)
-    assert rc == 0 and f"DONE sum={30 * 31 // 2} ok=1" in out
+    assert rc == 0 and f"DONE sum={80 * 81 // 2} ok=1" in out
     screen = tmux.screen()
     assert f"pid {prog.pid}" in screen.splitlines()[0] and "exited" in screen.splitlines()[0]
     assert rates_in(screen) == []  # an exited process has totals, not rates
