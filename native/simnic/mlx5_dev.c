@@ -142,6 +142,11 @@ static struct sn_device *to_sdev(struct ibv_device *d)
 	return NULL;
 }
 
+int sn_is_our_device(struct ibv_device *d)
+{
+	return to_sdev(d) != NULL;
+}
+
 static __be64 device_guid(struct ibv_device *d)
 {
 	struct sn_device *sd = to_sdev(d);
@@ -573,7 +578,7 @@ static int compat_query_port(struct ibv_context *ctx, uint8_t port, struct _comp
 			     offsetof(struct ibv_port_attr, flags));
 }
 
-static struct ibv_context *open_device(struct ibv_device *ibdev)
+struct ibv_context *sn_open_device(struct ibv_device *ibdev)
 {
 	struct sn_device *dev = to_sdev(ibdev);
 	struct sn_context *ctx;
@@ -671,6 +676,12 @@ static int close_device(struct ibv_context *c)
 {
 	struct sn_context *ctx = to_sctx(c);
 
+	while (ctx->umems) {
+		struct sn_umem *u = ctx->umems;
+
+		ctx->umems = u->next;
+		free(u);
+	}
 	while (ctx->uars)
 		sn_uar_free(ctx, ctx->uars);
 	for (int i = 0; i < SN_UIDX_L1; i++)
@@ -694,7 +705,7 @@ struct sn_provider_ops sn_ops = {
 	.device_guid = device_guid,
 	.device_index = device_index,
 	.read_sysfs = read_sysfs,
-	.open_device = open_device,
+	.open_device = sn_open_device,
 	.close_device = close_device,
 	.get_async_event = get_async_event,
 	.ack_async_event = ack_async_event,
