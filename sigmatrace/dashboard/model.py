@@ -179,6 +179,7 @@ class Frame:
     repeaters: list[RepeaterRow]
     drops: Drops
     history: CounterHistory = field(repr=False)
+    wqe_counted: bool = False       # recovered WQEs are in the operation counts (not only posts)
 
     def spark(self, metric: Metric, seconds: int = 60) -> list[float | None]:
         if metric.gap is not None or metric.key is None:
@@ -238,6 +239,7 @@ class _Build:
         self.verbs_gaps: list[str | None] = []
         self.db_gaps: list[str | None] = []
         self.wqe_gaps: list[str | None] = []
+        self.wqe_counted = False             # some process counts recovered WQEs (or did, until it ended)
         self._verbs_by_qp: dict[int, tuple[int, int, int]] = {}
         self.sum_doorbells = 0.0
         self.sum_wqe_only = [0.0, 0.0]       # ops, bytes of WQE-counted QPs no hook sees
@@ -253,7 +255,6 @@ class _Build:
             return
         h = snap.header
         c = cov.read(h, ps.alive)
-        self._gaps(c)
         first = (len(self.qps), len(self.reps), set(self.gpus))
         pid = ps.pid
         runtime_gap = None if c.stage("runtime").reached else cov.NO_RUNTIME
@@ -273,14 +274,19 @@ class _Build:
         self._threads(pid, snap.threads, c)
         self._qps(pid, snap, c, ps.cold)
         self._repeaters(pid, snap.repeaters, runtime_gap)
+        # After an attach, doorbell pages mapped before it cannot be watched: with none watched,
+        # the process's doorbell count is not a zero but unknown.
+        watched = any(q.pid == pid and q.doorbells.key is not None for q in self.qps[first[0]:])
+        self._gaps(c, "not watched" if ps.cold.attached and not watched else None)
         if c.ended:
             self._mark_ended(c.ended, *first)
 
-    def _gaps(self, c: cov.Coverage) -> None:
+    def _gaps(self, c: cov.Coverage, doorbells_unwatched: str | None = None) -> None:
         # A process that stopped counting stands for its reason in sums over processes.
         self.verbs_gaps.append(c.verbs_gap or c.ended)
-        self.db_gaps.append(c.doorbell_gap or c.ended)
-        self.wqe_gaps.append(c.wqe_gap or c.ended)
+        self.db_gaps.append(c.doorbell_gap or doorbells_unwatched or c.ended)
+        self.wqe_gaps.append(c.wqe_gap or doorbells_unwatched or c.ended)
+        self.wqe_counted = self.wqe_counted or not (c.wqe_gap or doorbells_unwatched)
 
     def _mark_ended(self, why: str, qps_from: int, reps_from: int, gpus_before: set) -> None:
         """Counting stopped in this process: its totals stay, its rates would be false zeros."""
@@ -421,7 +427,7 @@ class _Build:
         """Totals and per-opcode counters over all processes, added to the sample's values."""
         self.verbs_gap = verbs_gap = _overall(self.verbs_gaps)
         self.db_gap = db_gap = _overall(self.db_gaps)
-        wqe_gap = _overall(self.wqe_gaps)
+        self.wqe_gap = wqe_gap = _overall(self.wqe_gaps)
         v = self.v
         v[("T", "doorbells")] = self.sum_doorbells
         v[("T", "ops")] = float(self.posted_ops.sum()) + self.sum_wqe_only[0]
@@ -458,7 +464,8 @@ class _Build:
     def frame(self, t: float, sort: SortKey, hist: CounterHistory) -> Frame:
         frame = Frame(t, sort, self.procs, self.totals, self.qps, list(self.gpus.values()),
                       None if self.gpus else self.db_gap,
-                      self.op_rows, list(self.peers.values()), self.reps, self.drops, hist)
+                      self.op_rows, list(self.peers.values()), self.reps, self.drops, hist,
+                      wqe_counted=self.wqe_counted)
         if all(p.drops.gap for p in self.procs):
             frame.drops.gap = self.procs[0].drops.gap if self.procs else "no process"
         _fill(frame, hist)

@@ -34,10 +34,11 @@ def summary_line(frame: Frame, wall: float | None = None) -> str:
         parts.append(f"{len(procs)} processes ({sum(p.alive for p in procs)} running)")
     t = frame.totals
     parts.append(f"doorbells {_m(t.doorbells)}")
+    label = "ops" if frame.wqe_counted else "posted"  # without recovered WQEs: posted work only
     if t.ops.gap is None or t.ops.final:
-        parts.append(f"ops {_m(t.ops)} {_m(t.bytes, units.byte_rate, units.nbytes)}")
+        parts.append(f"{label} {_m(t.ops)} {_m(t.bytes, units.byte_rate, units.nbytes)}")
     else:
-        parts.append(f"ops {_m(t.ops)}")
+        parts.append(f"{label} {_m(t.ops)}")
     if t.uncounted_qps and not (t.ops.gap and t.doorbells.gap):
         parts[-1] += f" (+{t.uncounted_qps} QPs not counted)"
     parts.append(f"lag {t.lag.gap}" if t.lag.gap else f"lag {int(t.lag.total or 0)} BB")

@@ -38,6 +38,8 @@ class ColdState:
     last_error: str | None = None
     hook_failures: list[str] = field(default_factory=list)
     torn: int = 0              # lines that were not JSON (a crash mid-write); skipped
+    attached: bool | None = None   # tracing began after the process started (None: not known yet)
+    unwatched_pages: int = 0       # doorbell pages found mapped before the attach
 
 
 class ColdTail:
@@ -45,7 +47,7 @@ class ColdTail:
 
     # Only these kinds change what the dashboard shows; other lines are skipped unparsed.
     _WANTED = (b'"qp_create"', b'"qp_modify"', b'"qp_query"', b'"devx_qp_create"',
-               b'"devx_qp_modify"', b'"error"', b'"hooks"')
+               b'"devx_qp_modify"', b'"error"', b'"hooks"', b'"runtime"', b'"uar_unwatched"')
 
     def __init__(self, path: Path):
         self.path = path
@@ -77,7 +79,11 @@ class ColdTail:
         if not isinstance(ev, dict):
             return
         kind = ev.get("ev")
-        if kind == "error":
+        if kind == "runtime" and isinstance(ev.get("attached"), bool):
+            self.state.attached = ev["attached"]
+        elif kind == "uar_unwatched":
+            self.state.unwatched_pages += 1
+        elif kind == "error":
             self.state.errors += 1
             self.state.last_error = f"{ev.get('where', '?')}: {ev.get('msg', '')}"
         elif kind == "hooks":
@@ -144,11 +150,23 @@ class _Watched:
     def sample(self) -> ProcessSample:
         if self.block is None:
             self._open()
+        if self.cold.state.attached is None:
+            self._read_meta()
         snap = None
         if self.block is not None:
             snap = self.block.snapshot()
         return ProcessSample(self.pid, snap, self.alive(), self.problem if snap is None else None,
                              self.cold.poll(), self.name)
+
+    def _read_meta(self) -> None:
+        """Whether tracing attached to a running process: meta.json says so (the controller
+        writes it before the runtime starts); a runtime's `runtime` cold event may say it first."""
+        try:
+            meta = json.loads((self.path / "meta.json").read_text())
+        except (OSError, ValueError):
+            return
+        if isinstance(meta, dict) and isinstance(meta.get("attached"), bool):
+            self.cold.state.attached = meta["attached"]
 
     def _open(self) -> None:
         live = self.path / "live.bin"

@@ -136,6 +136,10 @@ def _coverage_lines(frame: Frame, width: int) -> list[Text]:
         c = procs[0].coverage
         for s in c.stages:
             segs.append((f"{OK} {s.label}", "green") if s.reached else (f"{NOT} {s.missing}", "bold red"))
+        if procs[0].cold.attached and c.doorbell_mode != lv.DoorbellMode.OFF:
+            found = procs[0].cold.unwatched_pages
+            segs.append((f"attached: doorbell pages mapped before are not watched"
+                         + (f" ({found} found)" if found else ""), "yellow"))
         hb = procs[0].heartbeat_age
         if hb is not None and c.stage("runtime").reached:
             silent = hb > 2.0 and procs[0].alive and c.state == lv.State.TRACING
@@ -186,7 +190,9 @@ def _totals_line(frame: Frame, width: int) -> Text:
     t = frame.totals
     segs: list = [("total    ", "bold"), "doorbells "]
     segs.append(_seg(t.doorbells))
-    segs += ["  ops ", _seg(t.ops)]
+    # Without recovered WQEs the count is of posted work requests only: say so (work a GPU
+    # builds is not in it).
+    segs += ["  ops " if frame.wqe_counted else "  posted ", _seg(t.ops)]
     if t.ops.gap is None or t.ops.final:
         segs += ["  ", _seg(t.bytes, units.byte_rate, units.nbytes)]
     segs += ["  lag "]
@@ -359,6 +365,8 @@ def _kind(q: QpRow) -> str:
 def _no_qp_reason(frame: Frame) -> str:
     if frame.totals.ops.gap and frame.totals.doorbells.gap:
         return f"no QP seen: work requests {frame.totals.ops.gap}, doorbells {frame.totals.doorbells.gap}"
+    if any(p.cold.attached for p in frame.processes):
+        return "no QP seen since the attach (QPs made before it are found through verbs only)"
     return "no QP created since tracing began"
 
 

@@ -78,7 +78,7 @@ def test_top_pid_on_a_program_without_rdma_libraries(tmux, program):
         assert "✗ no hooks installed" in screen and "✗ no records yet" in screen
         assert "verbs waiting: libibverbs not loaded" in screen
         assert "no QP seen: work requests not hooked" in screen
-        assert "ops not hooked" in row(lines, "total")
+        assert "posted not hooked" in row(lines, "total")
         assert rates_in(screen) == [], screen
     tmux.keys("q")
     wait_for(lambda: "EXITED rc=0" in tmux.screen(), 60, what="top to detach and exit")
@@ -98,7 +98,7 @@ def test_top_pid_without_a_terminal_prints_lines_until_the_program_ends(program)
     assert lines, res.stderr
     for ln in lines:
         assert f"pid {prog.pid}" in ln
-        assert "ops not hooked" in ln and "verbs waiting: libibverbs not loaded" in ln
+        assert "posted not hooked" in ln and "verbs waiting: libibverbs not loaded" in ln
         assert rates_in(ln) == []
     assert f"pid {prog.pid} exited" in lines[-1]
     assert f"pid {prog.pid} ended" in res.stderr
@@ -284,6 +284,6 @@ def test_top_pid_plain_lines_of_a_verbs_program_end_with_its_totals(verbs_rate, 
     posted = int(snap.threads["ops"].sum())
     assert 0 < posted < int(out.split('"writes": ')[1].split(",")[0])  # attached after the start
     assert f"pid {work.pid} exited" in lines[-1]
-    assert f"ops {si(posted)} total (exited) {nbytes(posted * work.size)} total (exited)" in lines[-1], lines[-1]
+    assert f"posted {si(posted)} total (exited) {nbytes(posted * work.size)} total (exited)" in lines[-1], lines[-1]
     assert "trace written to" in " ".join(res.stderr.split())  # rich folds long lines: compare without them
     assert str(out_dir) in "".join(res.stderr.split())
