@@ -102,6 +102,8 @@ def run_with_dashboard(controller, capture: Callable[[], T], *, console: Console
                                  status=lambda: ui.message)
                 if dash.run() == QUIT:
                     controller.stop_requested.set()
+                    if not captured.is_set():  # the screen is the user's again: say what goes on
+                        ui.inner.status("detaching (the program keeps running)")
         except BaseException as e:  # noqa: BLE001 - reported on the main thread after the capture
             failure.append(e)
             controller.stop_requested.set()

@@ -314,7 +314,7 @@ def _with_more(table: Table, hidden: int, what: str) -> RenderableType:
 def _qp_table(frame: Frame, width: int, room: int) -> RenderableType:
     multi = len(frame.processes) > 1
     show_peer = width >= 100
-    fixed = 8 + 10 + 12 + 10 + 10 + 11 + (8 if multi else 0) + (16 if show_peer else 0) + 8
+    fixed = 8 + 10 + 12 + 11 + 11 + 11 + (8 if multi else 0) + (16 if show_peer else 0) + 8
     spark_w = min(60, width - fixed - 1)
     t = _table()
     arrow = {SortKey.DOORBELLS: "doorbells/s", SortKey.OPS: "ops/s", SortKey.BYTES: "bytes/s", SortKey.LAG: "lag", SortKey.QPN: "QP"}
@@ -332,8 +332,8 @@ def _qp_table(frame: Frame, width: int, room: int) -> RenderableType:
     t.add_column(head("doorbells/s"), width=12, justify="right", no_wrap=True)
     if spark_w >= SPARK_MIN:
         t.add_column("last 60s", width=spark_w, no_wrap=True)
-    t.add_column(head("ops/s"), width=10, justify="right", no_wrap=True)
-    t.add_column(head("bytes/s"), width=10, justify="right", no_wrap=True)
+    t.add_column(head("ops/s"), width=11, justify="right", no_wrap=True)
+    t.add_column(head("bytes/s"), width=11, justify="right", no_wrap=True)
     t.add_column(head("lag"), width=11, justify="right", no_wrap=True)
     if not frame.qps:
         return _empty(t, _no_qp_reason(frame))
