@@ -6,10 +6,14 @@ events flow at known rates, against baselines measured the same way in the same 
    about 1 M events/s (posted work requests + doorbells + WQEs recovered); `top --trace` watches
    it, in a real terminal (tmux, 80x24, the rich view) and without one (plain lines).  The
    dashboard's work is per refresh, so the two rates should cost the same.
-2. Real: a hot ibv_post_send loop (bench/capture/hotloop.c on the stub provider of
-   bench/capture/stubverbs.c, as in capture_bench.py) paced to about 1 M calls/s, traced by
+2. Real, CPU-initiated: a hot ibv_post_send loop (bench/capture/hotloop.c on the stub provider
+   of bench/capture/stubverbs.c, as in capture_bench.py) paced to about 1 M calls/s, traced by
    `sigmatrace top --pid` (attach + dashboard) and, as the baseline, by `sigmatrace attach`
    (the same controller, no dashboard): the difference is the dashboard's own cost.
+3. Real, GPU-initiated: the demo workload (examples/gda, CPU stand-in, emulated NIC) in rate
+   mode, about 0.5 M doorbells/s and as many WQEs recovered, under `sigmatrace spawn`: the
+   controller alone (baseline), `spawn --live`, and `top --trace` watching the spawn's trace
+   from a process of its own (the dashboard's cost by itself).
 
     .venv/bin/python bench/top_bench.py [--seconds S] [--interval S] [--json]
 """
@@ -52,9 +56,10 @@ class Tmux:
     def __init__(self):
         self.socket = f"sigmatrace-bench-{uuid.uuid4().hex[:8]}"
 
-    def start(self, command: str) -> int:
+    def start(self, command: str, env: dict | None = None) -> int:
         """Runs `command` (exec'd, so the pane's pid is the command's) in an 80x24 terminal."""
-        subprocess.run(["tmux", "-L", self.socket, "new-session", "-d", "-s", "b", "-x", "80", "-y", "24",
+        envs = [a for k, v in (env or {}).items() for a in ("-e", f"{k}={v}")]
+        subprocess.run(["tmux", "-L", self.socket, "new-session", "-d", "-s", "b", "-x", "80", "-y", "24", *envs,
                         f"cd {ROOT} && exec {command}"], check=True)
         out = subprocess.run(["tmux", "-L", self.socket, "display-message", "-p", "-t", "b", "#{pane_pid}"],
                              capture_output=True, text=True, check=True)
@@ -161,7 +166,7 @@ def real(args, tmp: Path) -> list[dict]:
             calls1 = _live_calls(where, loop.pid, pid)
             rate = (calls1 - calls0) / (time.monotonic() - t0) if calls0 is not None and calls1 is not None else None
             rows.append({"source": "hotloop (stub provider)", "variant": variant, "tracer_cpu_pct": top_cpu,
-                         "post_send_per_s": rate})
+                         "events_per_s": rate})
         finally:
             tmux.kill()
             if tracer is not None:
@@ -172,6 +177,67 @@ def real(args, tmp: Path) -> list[dict]:
                     stop(tracer)
             stop(loop)
     return rows
+
+
+def demo(args, tmp: Path) -> list[dict]:
+    from sigmatrace import gda
+
+    env = gda.environment("cpu", base={})
+    example = [str(gda.binary("cpu"))] + gda.args("rate", n=200_000_000, qps=1, batch=1, slots=256,
+                                                   extra=["--inline"])
+    rows = []
+    for variant in ("spawn (no dashboard)", "spawn --live (terminal)", "top --trace (terminal)"):
+        out = tmp / f"demo-{len(rows)}"
+        spawn = ST + ["spawn", "-q", "--out", str(out)] + (["--live"] if "--live" in variant else []) + ["--"] + example
+        tmux, watcher = Tmux(), Tmux()
+        proc = None
+        try:
+            if "--live" in variant:
+                pid = tmux.start(" ".join(spawn), env=env)
+            else:
+                proc = subprocess.Popen(spawn, cwd=ROOT, env={**os.environ, **env}, stdout=subprocess.DEVNULL,
+                                        stdin=subprocess.DEVNULL, start_new_session=True)
+                pid = proc.pid
+            if variant.startswith("top"):
+                time.sleep(2.0)
+                pid = watcher.start(" ".join(ST + ["top", "--trace", str(out), "--interval", str(args.interval)]))
+            time.sleep(args.warmup + 2.0)
+            e0, t0 = _demo_events(out), time.monotonic()
+            cpu = measure(pid, 0, args.seconds)
+            e1, t1 = _demo_events(out), time.monotonic()
+            rows.append({"source": "gda demo (CPU stand-in)", "variant": variant, "tracer_cpu_pct": cpu,
+                         "events_per_s": (e1 - e0) / (t1 - t0) if e0 is not None and e1 is not None else None})
+        finally:
+            watcher.kill()
+            tmux.kill()
+            if proc is not None:
+                stop(proc)
+            _kill_example(out)
+    return rows
+
+
+def _demo_events(out: Path) -> int | None:
+    """Doorbells plus WQEs recovered so far, from the live blocks of the spawn's trace."""
+    from sigmatrace.trace.live import LiveBlock
+
+    total = None
+    for live in out.glob("p*/live.bin"):
+        with LiveBlock(live) as lb:
+            q = lb.snapshot().qps
+            total = (total or 0) + int(q["doorbells"].sum()) + int(q["wqes"].sum())
+    return total
+
+
+def _kill_example(out: Path) -> None:
+    """The example keeps running after its tracer is gone: end it (only the one this trace
+    followed, found by the pid in its process directory)."""
+    for d in out.glob("p*"):
+        pid = d.name[1:].split(".")[0]
+        if pid.isdigit():
+            try:
+                os.kill(int(pid), signal.SIGKILL)
+            except ProcessLookupError:
+                pass
 
 
 def _live_calls(out: Path | None, traced_pid: int, tracer_pid: int) -> int | None:
@@ -200,6 +266,7 @@ def main() -> int:
     ap.add_argument("--interval", type=float, default=0.5, help="dashboard refresh interval")
     ap.add_argument("--pause-us", type=int, default=800, help="hotloop pause per 1000 calls (sets its rate)")
     ap.add_argument("--skip-real", action="store_true", help="only the generator part")
+    ap.add_argument("--skip-demo", action="store_true", help="without the GPU-initiated demo part")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
     tmp = Path(tempfile.mkdtemp(prefix="sigmatrace-topbench-"))
@@ -207,6 +274,8 @@ def main() -> int:
         rows = synthetic(args, tmp)
         if not args.skip_real:
             rows += real(args, tmp)
+        if not args.skip_demo:
+            rows += demo(args, tmp)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     if args.json:
@@ -220,7 +289,7 @@ def main() -> int:
             print(f"{'generator':<26}{r['events_per_s']:>12,.0f}  {r['view']:<24}{r['top_cpu_pct']:>13.2f}"
                   f"{r['generator_cpu_pct']:>17.2f}")
         else:
-            rate = f"{r['post_send_per_s']:,.0f}" if r["post_send_per_s"] else "?"
+            rate = f"{r['events_per_s']:,.0f}" if r.get("events_per_s") else "?"
             print(f"{r['source']:<26}{rate:>12}  {r['variant']:<24}{r['tracer_cpu_pct']:>13.2f}{'':>17}")
     return 0
 
