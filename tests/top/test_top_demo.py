@@ -44,11 +44,17 @@ def test_spawn_live_shows_the_demo_doorbell_rate_it_reports(tmux, tmp_path, gda_
     tmux.start(cmd, env=gda_env)
     wait_for(lambda: "gpu0" in tmux.screen(), 120, what="the demo's GPU row")
     screens = []
+    resized = []
     while "EXITED rc=" not in (screen := tmux.screen()):
         if "tracing" in screen.splitlines()[0]:
             screens.append(screen)
+        if len(screens) == 8 and not resized:  # mid-run: a resize redraws to the new size
+            tmux.resize(120, 32)
+            resized.append(wait_for(lambda: (s := tmux.screen()) and "peer" in (row(s.splitlines(), "QP") or "")
+                                    and s.split("\n")[31].startswith("q quit") and s, 30, what="the 120x32 layout"))
         time.sleep(0.5)
         assert len(screens) < 600, "the example did not end"
+    assert resized and max(len(ln) for ln in resized[0].splitlines()) <= 120
     assert "EXITED rc=0" in screen, screen
     report = json.loads(summary.read_text())
     assert report["verify"]["ok"], report["verify"]
