@@ -21,7 +21,8 @@ from rich.console import Console
 from rich.live import Live
 
 from . import keys as keymod
-from .model import DashboardModel, Frame
+from .frame import Frame
+from .model import DashboardModel
 from .plain import summary_line
 from .source import LiveSource
 from .view import ViewState, render

@@ -7,7 +7,7 @@ from __future__ import annotations
 import time
 
 from . import units
-from .model import Frame, Metric
+from .frame import Frame, Metric
 
 
 def _m(m: Metric, fmt=units.rate, total_fmt=units.count) -> str:

@@ -16,7 +16,7 @@ from rich.text import Text
 
 from ..trace import live as lv
 from . import units
-from .model import Frame, Metric, QpRow, SortKey
+from .frame import Frame, Metric, QpRow, SortKey
 
 GAP_STYLE = "dim italic"
 HEAD_STYLE = "bold reverse"
@@ -138,12 +138,15 @@ def _coverage_lines(frame: Frame, width: int) -> list[Text]:
             segs.append((f"{OK} {s.label}", "green") if s.reached else (f"{NOT} {s.missing}", "bold red"))
         if procs[0].cold.attached and c.doorbell_mode != lv.DoorbellMode.OFF:
             found = procs[0].cold.unwatched_pages
-            segs.append((f"attached: doorbell pages mapped before are not watched"
+            segs.append(("attached: doorbell pages mapped before are not watched"
                          + (f" ({found} found)" if found else ""), "yellow"))
         hb = procs[0].heartbeat_age
         if hb is not None and c.stage("runtime").reached:
             silent = hb > 2.0 and procs[0].alive and c.state == lv.State.TRACING
             segs.append((f"runtime silent {hb:.1f}s" if silent else f"heartbeat {hb:.1f}s ago", "bold red" if silent else "dim"))
+        rec = procs[0].records
+        if procs[0].mode != "aggregate" and c.stage("hooks").reached and rec.gap is None and rec.rate is not None:
+            segs.append((f"{units.rate(rec.rate)} records", "dim"))
     elif procs:
         n = len(procs)
         for i, (label, missing) in enumerate((s.label, s.missing) for s in procs[0].coverage.stages):

@@ -5,14 +5,14 @@ from __future__ import annotations
 import os
 import re
 import subprocess
-import time
 
 import pytest
 from rich.console import Console
 
 from sigmatrace.dashboard import units
 from sigmatrace.dashboard.history import CounterHistory
-from sigmatrace.dashboard.model import DashboardModel, SortKey
+from sigmatrace.dashboard.frame import SortKey
+from sigmatrace.dashboard.model import DashboardModel
 from sigmatrace.dashboard.source import LiveSource, Sample
 from sigmatrace.dashboard.synthetic import _table
 from sigmatrace.dashboard.view import ViewState, render
