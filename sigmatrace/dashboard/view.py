@@ -145,7 +145,8 @@ def _coverage_lines(frame: Frame, width: int) -> list[Text]:
             silent = hb > 2.0 and procs[0].alive and c.state == lv.State.TRACING
             segs.append((f"runtime silent {hb:.1f}s" if silent else f"heartbeat {hb:.1f}s ago", "bold red" if silent else "dim"))
         rec = procs[0].records
-        if procs[0].mode != "aggregate" and c.stage("hooks").reached and rec.gap is None and rec.rate is not None:
+        hooked = any(pr.state == lv.ProviderState.INSTALLED for pr in c.providers)
+        if procs[0].mode != "aggregate" and hooked and rec.gap is None and rec.rate is not None:
             segs.append((f"{units.rate(rec.rate)} records", "dim"))
     elif procs:
         n = len(procs)
