@@ -17,13 +17,9 @@ from ..capture.config import Mode
 from ..errors import UsageError
 from .options import DoorbellsOpt, ModeOpt, NoDoorbellsOpt, ProvidersOpt, RepeaterCpusOpt, WqeBatchOpt
 
-HELP = """Watch a running program's RDMA traffic live: doorbells per QP and GPU, operations and bytes
-by opcode, top peers, WQE-recovery lag, repeaters, drops, and what the tracer covers.
+HELP = """Watch a running program's RDMA traffic live: doorbells per QP and GPU, operations and bytes by opcode, top peers, WQE-recovery lag, repeaters, drops, and what the tracer covers.
 
-With --pid it attaches (like `sigmatrace attach`; the trace goes to a private temporary directory,
-removed at the end, unless --out is given). Keys: q quits (detaches; the program keeps running),
-p pauses the display, s changes the sort. Without a terminal it prints one summary line per
-interval instead, until the program ends."""
+With --pid it attaches like `sigmatrace attach` (the trace goes to a private temporary directory, removed at the end, unless --out is given). Keys: q quits (detaches; the program keeps running), p pauses the display, s changes the sort. Without a terminal it prints one summary line per interval instead, until the program ends."""
 
 
 def register(app: typer.Typer) -> None:

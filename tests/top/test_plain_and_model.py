@@ -245,3 +245,16 @@ def test_units():
     assert units.byte_rate(4.1e6) == "4.10MB/s" and units.duration(3725) == "1:02:05"
     assert units.sparkline([None, 0, 5, 10], 6) == "   ▁▅█"
     assert units.sparkline([0, 0], 2) == "▁▁"
+
+
+@pytest.mark.parametrize("args, rc, message", [
+    (["top", "--pid", "1", "--trace", "/tmp"], 2, "give either --pid PID (attach) or --trace DIR (watch)"),
+    (["top", "--pid", "999999999"], 1, "no process with pid 999999999"),
+    (["top", "--trace", "/nonexistent/trace"], 2, "/nonexistent/trace: no such trace directory"),
+    (["top", "--trace", "/tmp", "--interval", "0"], 2, "--interval"),
+])
+def test_bad_input_is_one_line_with_the_fix(args, rc, message):
+    res = subprocess.run([*SIGMATRACE, *args], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert res.returncode == rc, res.stderr
+    assert message in " ".join(res.stderr.split())
+    assert "Traceback" not in res.stderr
