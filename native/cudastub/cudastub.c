@@ -202,7 +202,7 @@ static int device_span_ok(CUdeviceptr p, size_t n)
 
 /* ---- initialization, version, devices ------------------------------------------------------- */
 
-static CUresult impl_cuInit(unsigned int Flags)
+static inline __attribute__((always_inline)) CUresult impl_cuInit(unsigned int Flags)
 {
 	const char *env = getenv("CUDASTUB_DEVICES");
 	int n = env ? atoi(env) : 1;
@@ -225,7 +225,7 @@ static CUresult impl_cuInit(unsigned int Flags)
 	return OK;
 }
 
-static CUresult impl_cuDriverGetVersion(int *driverVersion)
+static inline __attribute__((always_inline)) CUresult impl_cuDriverGetVersion(int *driverVersion)
 {
 	if (!driverVersion)
 		return E_INVALID_VALUE;
@@ -233,7 +233,7 @@ static CUresult impl_cuDriverGetVersion(int *driverVersion)
 	return OK;
 }
 
-static CUresult impl_cuDeviceGetCount(int *count)
+static inline __attribute__((always_inline)) CUresult impl_cuDeviceGetCount(int *count)
 {
 	REQUIRE_INIT();
 	if (!count)
@@ -242,7 +242,7 @@ static CUresult impl_cuDeviceGetCount(int *count)
 	return OK;
 }
 
-static CUresult impl_cuDeviceGet(CUdevice *device, int ordinal)
+static inline __attribute__((always_inline)) CUresult impl_cuDeviceGet(CUdevice *device, int ordinal)
 {
 	REQUIRE_INIT();
 	if (!device)
@@ -260,7 +260,7 @@ static CUresult impl_cuDeviceGet(CUdevice *device, int ordinal)
 			return E_INVALID_DEVICE;                                             \
 	} while (0)
 
-static CUresult impl_cuDeviceGetName(char *name, int len, CUdevice dev)
+static inline __attribute__((always_inline)) CUresult impl_cuDeviceGetName(char *name, int len, CUdevice dev)
 {
 	CHECK_DEV(dev);
 	if (!name || len <= 0)
@@ -269,7 +269,7 @@ static CUresult impl_cuDeviceGetName(char *name, int len, CUdevice dev)
 	return OK;
 }
 
-static CUresult impl_cuDeviceTotalMem_v2(size_t *bytes, CUdevice dev)
+static inline __attribute__((always_inline)) CUresult impl_cuDeviceTotalMem_v2(size_t *bytes, CUdevice dev)
 {
 	CHECK_DEV(dev);
 	if (!bytes)
@@ -278,7 +278,7 @@ static CUresult impl_cuDeviceTotalMem_v2(size_t *bytes, CUdevice dev)
 	return OK;
 }
 
-static CUresult impl_cuDeviceGetPCIBusId(char *pciBusId, int len, CUdevice dev)
+static inline __attribute__((always_inline)) CUresult impl_cuDeviceGetPCIBusId(char *pciBusId, int len, CUdevice dev)
 {
 	CHECK_DEV(dev);
 	if (!pciBusId || len <= 0)
@@ -289,7 +289,7 @@ static CUresult impl_cuDeviceGetPCIBusId(char *pciBusId, int len, CUdevice dev)
 
 /* The attributes programs commonly ask about, with an H200's values; other valid ones
  * read 0. */
-static CUresult impl_cuDeviceGetAttribute(int *pi, CUdevice_attribute attrib, CUdevice dev)
+static inline __attribute__((always_inline)) CUresult impl_cuDeviceGetAttribute(int *pi, CUdevice_attribute attrib, CUdevice dev)
 {
 	CHECK_DEV(dev);
 	if (!pi || attrib < 1 || attrib > 150)
@@ -320,7 +320,7 @@ static CUresult impl_cuDeviceGetAttribute(int *pi, CUdevice_attribute attrib, CU
 
 /* ---- contexts ---------------------------------------------------------------------------------- */
 
-static CUresult impl_cuDevicePrimaryCtxRetain(CUcontext *pctx, CUdevice dev)
+static inline __attribute__((always_inline)) CUresult impl_cuDevicePrimaryCtxRetain(CUcontext *pctx, CUdevice dev)
 {
 	CHECK_DEV(dev);
 	if (!pctx)
@@ -333,7 +333,7 @@ static CUresult impl_cuDevicePrimaryCtxRetain(CUcontext *pctx, CUdevice dev)
 }
 
 /* The primary context's object outlives its last release (its allocations stay too). */
-static CUresult impl_cuDevicePrimaryCtxRelease_v2(CUdevice dev)
+static inline __attribute__((always_inline)) CUresult impl_cuDevicePrimaryCtxRelease_v2(CUdevice dev)
 {
 	CUresult rc = OK;
 
@@ -347,12 +347,12 @@ static CUresult impl_cuDevicePrimaryCtxRelease_v2(CUdevice dev)
 	return rc;
 }
 
-static CUresult impl_cuDevicePrimaryCtxRelease(CUdevice dev)
+static inline __attribute__((always_inline)) CUresult impl_cuDevicePrimaryCtxRelease(CUdevice dev)
 {
 	return impl_cuDevicePrimaryCtxRelease_v2(dev);
 }
 
-static CUresult impl_cuDevicePrimaryCtxGetState(CUdevice dev, unsigned int *flags, int *active)
+static inline __attribute__((always_inline)) CUresult impl_cuDevicePrimaryCtxGetState(CUdevice dev, unsigned int *flags, int *active)
 {
 	CHECK_DEV(dev);
 	if (!flags || !active)
@@ -364,7 +364,7 @@ static CUresult impl_cuDevicePrimaryCtxGetState(CUdevice dev, unsigned int *flag
 	return OK;
 }
 
-static CUresult impl_cuDevicePrimaryCtxSetFlags_v2(CUdevice dev, unsigned int flags)
+static inline __attribute__((always_inline)) CUresult impl_cuDevicePrimaryCtxSetFlags_v2(CUdevice dev, unsigned int flags)
 {
 	CHECK_DEV(dev);
 	if (flags > 0x1ff)
@@ -373,7 +373,7 @@ static CUresult impl_cuDevicePrimaryCtxSetFlags_v2(CUdevice dev, unsigned int fl
 	return OK;
 }
 
-static CUresult ctx_create(CUcontext *pctx, unsigned flags, CUdevice dev)
+static inline __attribute__((always_inline)) CUresult ctx_create(CUcontext *pctx, unsigned flags, CUdevice dev)
 {
 	CUcontext c;
 
@@ -396,17 +396,17 @@ static CUresult ctx_create(CUcontext *pctx, unsigned flags, CUdevice dev)
 	return OK;
 }
 
-static CUresult impl_cuCtxCreate_v2(CUcontext *pctx, unsigned int flags, CUdevice dev)
+static inline __attribute__((always_inline)) CUresult impl_cuCtxCreate_v2(CUcontext *pctx, unsigned int flags, CUdevice dev)
 {
 	return ctx_create(pctx, flags, dev);
 }
 
-static CUresult impl_cuCtxCreate(CUcontext *pctx, unsigned int flags, CUdevice dev)
+static inline __attribute__((always_inline)) CUresult impl_cuCtxCreate(CUcontext *pctx, unsigned int flags, CUdevice dev)
 {
 	return ctx_create(pctx, flags, dev);
 }
 
-static CUresult impl_cuCtxCreate_v3(CUcontext *pctx, CUexecAffinityParam *paramsArray,
+static inline __attribute__((always_inline)) CUresult impl_cuCtxCreate_v3(CUcontext *pctx, CUexecAffinityParam *paramsArray,
 				      int numParams, unsigned int flags, CUdevice dev)
 {
 	if (numParams > 0)
@@ -414,7 +414,7 @@ static CUresult impl_cuCtxCreate_v3(CUcontext *pctx, CUexecAffinityParam *params
 	return ctx_create(pctx, flags, dev);
 }
 
-static CUresult impl_cuCtxCreate_v4(CUcontext *pctx, CUctxCreateParams *ctxCreateParams,
+static inline __attribute__((always_inline)) CUresult impl_cuCtxCreate_v4(CUcontext *pctx, CUctxCreateParams *ctxCreateParams,
 				      unsigned int flags, CUdevice dev)
 {
 	if (ctxCreateParams) {
@@ -431,7 +431,7 @@ static CUresult impl_cuCtxCreate_v4(CUcontext *pctx, CUctxCreateParams *ctxCreat
 	return ctx_create(pctx, flags, dev);
 }
 
-static CUresult impl_cuCtxDestroy_v2(CUcontext ctx)
+static inline __attribute__((always_inline)) CUresult impl_cuCtxDestroy_v2(CUcontext ctx)
 {
 	REQUIRE_INIT();
 	if (!valid_ctx(ctx) || ctx->primary)
@@ -458,12 +458,12 @@ static CUresult impl_cuCtxDestroy_v2(CUcontext ctx)
 	return OK;
 }
 
-static CUresult impl_cuCtxDestroy(CUcontext ctx)
+static inline __attribute__((always_inline)) CUresult impl_cuCtxDestroy(CUcontext ctx)
 {
 	return impl_cuCtxDestroy_v2(ctx);
 }
 
-static CUresult impl_cuCtxSetCurrent(CUcontext ctx)
+static inline __attribute__((always_inline)) CUresult impl_cuCtxSetCurrent(CUcontext ctx)
 {
 	REQUIRE_INIT();
 	if (ctx && !valid_ctx(ctx))
@@ -480,7 +480,7 @@ static CUresult impl_cuCtxSetCurrent(CUcontext ctx)
 	return OK;
 }
 
-static CUresult impl_cuCtxGetCurrent(CUcontext *pctx)
+static inline __attribute__((always_inline)) CUresult impl_cuCtxGetCurrent(CUcontext *pctx)
 {
 	REQUIRE_INIT();
 	if (!pctx)
@@ -489,7 +489,7 @@ static CUresult impl_cuCtxGetCurrent(CUcontext *pctx)
 	return OK;
 }
 
-static CUresult impl_cuCtxPushCurrent_v2(CUcontext ctx)
+static inline __attribute__((always_inline)) CUresult impl_cuCtxPushCurrent_v2(CUcontext ctx)
 {
 	REQUIRE_INIT();
 	if (!valid_ctx(ctx))
@@ -500,7 +500,7 @@ static CUresult impl_cuCtxPushCurrent_v2(CUcontext ctx)
 	return OK;
 }
 
-static CUresult impl_cuCtxPopCurrent_v2(CUcontext *pctx)
+static inline __attribute__((always_inline)) CUresult impl_cuCtxPopCurrent_v2(CUcontext *pctx)
 {
 	REQUIRE_INIT();
 	if (!t_depth)
@@ -511,7 +511,7 @@ static CUresult impl_cuCtxPopCurrent_v2(CUcontext *pctx)
 	return OK;
 }
 
-static CUresult impl_cuCtxGetDevice(CUdevice *device)
+static inline __attribute__((always_inline)) CUresult impl_cuCtxGetDevice(CUdevice *device)
 {
 	REQUIRE_CTX();
 	if (!device)
@@ -520,7 +520,7 @@ static CUresult impl_cuCtxGetDevice(CUdevice *device)
 	return OK;
 }
 
-static CUresult impl_cuCtxSynchronize(void)
+static inline __attribute__((always_inline)) CUresult impl_cuCtxSynchronize(void)
 {
 	REQUIRE_CTX();
 	return OK;	/* nothing is ever in flight */
@@ -540,7 +540,7 @@ static CUresult map_alloc(void **p, size_t size)
 	return OK;
 }
 
-static CUresult impl_cuMemAlloc_v2(CUdeviceptr *dptr, size_t bytesize)
+static inline __attribute__((always_inline)) CUresult impl_cuMemAlloc_v2(CUdeviceptr *dptr, size_t bytesize)
 {
 	void *m;
 	CUresult rc;
@@ -561,7 +561,7 @@ static CUresult impl_cuMemAlloc_v2(CUdeviceptr *dptr, size_t bytesize)
 	return OK;
 }
 
-static CUresult impl_cuMemFree_v2(CUdeviceptr dptr)
+static inline __attribute__((always_inline)) CUresult impl_cuMemFree_v2(CUdeviceptr dptr)
 {
 	struct range *r;
 
@@ -580,7 +580,7 @@ static CUresult impl_cuMemFree_v2(CUdeviceptr dptr)
 	return OK;
 }
 
-static CUresult impl_cuMemGetInfo_v2(size_t *free_bytes, size_t *total)
+static inline __attribute__((always_inline)) CUresult impl_cuMemGetInfo_v2(size_t *free_bytes, size_t *total)
 {
 	REQUIRE_CTX();
 	if (!free_bytes || !total)
@@ -590,7 +590,7 @@ static CUresult impl_cuMemGetInfo_v2(size_t *free_bytes, size_t *total)
 	return OK;
 }
 
-static CUresult impl_cuMemGetAddressRange_v2(CUdeviceptr *pbase, size_t *psize, CUdeviceptr dptr)
+static inline __attribute__((always_inline)) CUresult impl_cuMemGetAddressRange_v2(CUdeviceptr *pbase, size_t *psize, CUdeviceptr dptr)
 {
 	struct range *r;
 
@@ -609,7 +609,7 @@ static CUresult impl_cuMemGetAddressRange_v2(CUdeviceptr *pbase, size_t *psize, 
 	return OK;
 }
 
-static CUresult impl_cuMemHostAlloc(void **pp, size_t bytesize, unsigned int Flags)
+static inline __attribute__((always_inline)) CUresult impl_cuMemHostAlloc(void **pp, size_t bytesize, unsigned int Flags)
 {
 	void *m;
 	CUresult rc;
@@ -626,12 +626,12 @@ static CUresult impl_cuMemHostAlloc(void **pp, size_t bytesize, unsigned int Fla
 	return OK;
 }
 
-static CUresult impl_cuMemAllocHost_v2(void **pp, size_t bytesize)
+static inline __attribute__((always_inline)) CUresult impl_cuMemAllocHost_v2(void **pp, size_t bytesize)
 {
 	return impl_cuMemHostAlloc(pp, bytesize, 0);
 }
 
-static CUresult impl_cuMemFreeHost(void *p)
+static inline __attribute__((always_inline)) CUresult impl_cuMemFreeHost(void *p)
 {
 	struct range *r;
 
@@ -656,7 +656,7 @@ static CUresult impl_cuMemFreeHost(void *p)
 /* All memory here is ordinary memory; the driver accepts IOMEMORY only for I/O memory (a
  * device BAR mapped by its driver) and answers CUDA_ERROR_INVALID_VALUE otherwise, which is
  * what a program registering the emulated NIC's UAR page (shared memory) gets on an H200. */
-static CUresult impl_cuMemHostRegister_v2(void *p, size_t bytesize, unsigned int Flags)
+static inline __attribute__((always_inline)) CUresult impl_cuMemHostRegister_v2(void *p, size_t bytesize, unsigned int Flags)
 {
 	struct range *r;
 	uintptr_t lo, hi;
@@ -684,12 +684,12 @@ static CUresult impl_cuMemHostRegister_v2(void *p, size_t bytesize, unsigned int
 	return r ? OK : E_OUT_OF_MEMORY;
 }
 
-static CUresult impl_cuMemHostRegister(void *p, size_t bytesize, unsigned int Flags)
+static inline __attribute__((always_inline)) CUresult impl_cuMemHostRegister(void *p, size_t bytesize, unsigned int Flags)
 {
 	return impl_cuMemHostRegister_v2(p, bytesize, Flags);
 }
 
-static CUresult impl_cuMemHostUnregister(void *p)
+static inline __attribute__((always_inline)) CUresult impl_cuMemHostUnregister(void *p)
 {
 	struct range *r;
 
@@ -704,7 +704,7 @@ static CUresult impl_cuMemHostUnregister(void *p)
 
 /* With unified addressing and CAN_USE_HOST_POINTER_FOR_REGISTERED_MEM (an H200 on x86-64),
  * the device pointer of mapped host memory is its host address. */
-static CUresult impl_cuMemHostGetDevicePointer_v2(CUdeviceptr *pdptr, void *p, unsigned int Flags)
+static inline __attribute__((always_inline)) CUresult impl_cuMemHostGetDevicePointer_v2(CUdeviceptr *pdptr, void *p, unsigned int Flags)
 {
 	struct range *r;
 
@@ -723,7 +723,7 @@ static CUresult impl_cuMemHostGetDevicePointer_v2(CUdeviceptr *pdptr, void *p, u
 }
 
 /* The CUDA 3.0 form with a 32-bit device pointer: only addresses below 4 GiB fit. */
-static CUresult impl_cuMemHostGetDevicePointer(unsigned int *pdptr, void *p, unsigned int Flags)
+static inline __attribute__((always_inline)) CUresult impl_cuMemHostGetDevicePointer(unsigned int *pdptr, void *p, unsigned int Flags)
 {
 	CUdeviceptr d;
 	CUresult rc;
@@ -739,7 +739,7 @@ static CUresult impl_cuMemHostGetDevicePointer(unsigned int *pdptr, void *p, uns
 	return OK;
 }
 
-static CUresult impl_cuMemHostGetFlags(unsigned int *pFlags, void *p)
+static inline __attribute__((always_inline)) CUresult impl_cuMemHostGetFlags(unsigned int *pFlags, void *p)
 {
 	struct range *r;
 
@@ -842,7 +842,7 @@ static CUresult attr_of(const struct range *r, void *data, CUpointer_attribute a
 	return OK;
 }
 
-static CUresult impl_cuPointerGetAttribute(void *data, CUpointer_attribute attribute, CUdeviceptr ptr)
+static inline __attribute__((always_inline)) CUresult impl_cuPointerGetAttribute(void *data, CUpointer_attribute attribute, CUdeviceptr ptr)
 {
 	struct range *r;
 	CUresult rc;
@@ -861,7 +861,7 @@ static CUresult impl_cuPointerGetAttribute(void *data, CUpointer_attribute attri
 
 /* Unlike cuPointerGetAttribute, a pointer the driver does not know gives default values
  * (zero; DEVICE_ORDINAL -2) and CUDA_SUCCESS. */
-static CUresult impl_cuPointerGetAttributes(unsigned int numAttributes, CUpointer_attribute *attributes,
+static inline __attribute__((always_inline)) CUresult impl_cuPointerGetAttributes(unsigned int numAttributes, CUpointer_attribute *attributes,
 		void **data, CUdeviceptr ptr)
 {
 	static const unsigned char size_of[22] = {
@@ -922,7 +922,7 @@ static int valid_stream(CUstream s)
 	return !s || s == CU_STREAM_LEGACY || s == CU_STREAM_PER_THREAD || s->magic == STREAM_MAGIC;
 }
 
-static CUresult htod(CUdeviceptr dst, const void *src, size_t n)
+static inline __attribute__((always_inline)) CUresult htod(CUdeviceptr dst, const void *src, size_t n)
 {
 	REQUIRE_CTX();
 	if (!n)
@@ -933,7 +933,7 @@ static CUresult htod(CUdeviceptr dst, const void *src, size_t n)
 	return OK;
 }
 
-static CUresult dtoh(void *dst, CUdeviceptr src, size_t n)
+static inline __attribute__((always_inline)) CUresult dtoh(void *dst, CUdeviceptr src, size_t n)
 {
 	REQUIRE_CTX();
 	if (!n)
@@ -944,7 +944,7 @@ static CUresult dtoh(void *dst, CUdeviceptr src, size_t n)
 	return OK;
 }
 
-static CUresult dtod(CUdeviceptr dst, CUdeviceptr src, size_t n)
+static inline __attribute__((always_inline)) CUresult dtod(CUdeviceptr dst, CUdeviceptr src, size_t n)
 {
 	REQUIRE_CTX();
 	if (!n)
@@ -955,43 +955,43 @@ static CUresult dtod(CUdeviceptr dst, CUdeviceptr src, size_t n)
 	return OK;
 }
 
-static CUresult impl_cuMemcpyHtoD_v2(CUdeviceptr dstDevice, const void *srcHost, size_t ByteCount)
+static inline __attribute__((always_inline)) CUresult impl_cuMemcpyHtoD_v2(CUdeviceptr dstDevice, const void *srcHost, size_t ByteCount)
 {
 	STAT(S_HTOD);
 	return htod(dstDevice, srcHost, ByteCount);
 }
 
-static CUresult impl_cuMemcpyDtoH_v2(void *dstHost, CUdeviceptr srcDevice, size_t ByteCount)
+static inline __attribute__((always_inline)) CUresult impl_cuMemcpyDtoH_v2(void *dstHost, CUdeviceptr srcDevice, size_t ByteCount)
 {
 	STAT(S_DTOH);
 	return dtoh(dstHost, srcDevice, ByteCount);
 }
 
-static CUresult impl_cuMemcpyDtoD_v2(CUdeviceptr dstDevice, CUdeviceptr srcDevice, size_t ByteCount)
+static inline __attribute__((always_inline)) CUresult impl_cuMemcpyDtoD_v2(CUdeviceptr dstDevice, CUdeviceptr srcDevice, size_t ByteCount)
 {
 	STAT(S_DTOD);
 	return dtod(dstDevice, srcDevice, ByteCount);
 }
 
-static CUresult impl_cuMemcpyHtoD_v2_ptds(CUdeviceptr dstDevice, const void *srcHost, size_t ByteCount)
+static inline __attribute__((always_inline)) CUresult impl_cuMemcpyHtoD_v2_ptds(CUdeviceptr dstDevice, const void *srcHost, size_t ByteCount)
 {
 	STAT(S_HTOD);
 	return htod(dstDevice, srcHost, ByteCount);
 }
 
-static CUresult impl_cuMemcpyDtoH_v2_ptds(void *dstHost, CUdeviceptr srcDevice, size_t ByteCount)
+static inline __attribute__((always_inline)) CUresult impl_cuMemcpyDtoH_v2_ptds(void *dstHost, CUdeviceptr srcDevice, size_t ByteCount)
 {
 	STAT(S_DTOH);
 	return dtoh(dstHost, srcDevice, ByteCount);
 }
 
-static CUresult impl_cuMemcpyDtoD_v2_ptds(CUdeviceptr dstDevice, CUdeviceptr srcDevice, size_t ByteCount)
+static inline __attribute__((always_inline)) CUresult impl_cuMemcpyDtoD_v2_ptds(CUdeviceptr dstDevice, CUdeviceptr srcDevice, size_t ByteCount)
 {
 	STAT(S_DTOD);
 	return dtod(dstDevice, srcDevice, ByteCount);
 }
 
-static CUresult impl_cuMemcpyHtoDAsync_v2(CUdeviceptr dstDevice, const void *srcHost, size_t ByteCount,
+static inline __attribute__((always_inline)) CUresult impl_cuMemcpyHtoDAsync_v2(CUdeviceptr dstDevice, const void *srcHost, size_t ByteCount,
 		CUstream hStream)
 {
 	STAT(S_HTOD_ASYNC);
@@ -1000,7 +1000,7 @@ static CUresult impl_cuMemcpyHtoDAsync_v2(CUdeviceptr dstDevice, const void *src
 	return htod(dstDevice, srcHost, ByteCount);
 }
 
-static CUresult impl_cuMemcpyDtoHAsync_v2(void *dstHost, CUdeviceptr srcDevice, size_t ByteCount,
+static inline __attribute__((always_inline)) CUresult impl_cuMemcpyDtoHAsync_v2(void *dstHost, CUdeviceptr srcDevice, size_t ByteCount,
 		CUstream hStream)
 {
 	STAT(S_DTOH_ASYNC);
@@ -1009,7 +1009,7 @@ static CUresult impl_cuMemcpyDtoHAsync_v2(void *dstHost, CUdeviceptr srcDevice, 
 	return dtoh(dstHost, srcDevice, ByteCount);
 }
 
-static CUresult impl_cuMemcpyDtoDAsync_v2(CUdeviceptr dstDevice, CUdeviceptr srcDevice, size_t ByteCount,
+static inline __attribute__((always_inline)) CUresult impl_cuMemcpyDtoDAsync_v2(CUdeviceptr dstDevice, CUdeviceptr srcDevice, size_t ByteCount,
 		CUstream hStream)
 {
 	STAT(S_DTOD_ASYNC);
@@ -1018,25 +1018,25 @@ static CUresult impl_cuMemcpyDtoDAsync_v2(CUdeviceptr dstDevice, CUdeviceptr src
 	return dtod(dstDevice, srcDevice, ByteCount);
 }
 
-static CUresult impl_cuMemcpyHtoDAsync_v2_ptsz(CUdeviceptr dstDevice, const void *srcHost,
+static inline __attribute__((always_inline)) CUresult impl_cuMemcpyHtoDAsync_v2_ptsz(CUdeviceptr dstDevice, const void *srcHost,
 		size_t ByteCount, CUstream hStream)
 {
 	return impl_cuMemcpyHtoDAsync_v2(dstDevice, srcHost, ByteCount, hStream);
 }
 
-static CUresult impl_cuMemcpyDtoHAsync_v2_ptsz(void *dstHost, CUdeviceptr srcDevice, size_t ByteCount,
+static inline __attribute__((always_inline)) CUresult impl_cuMemcpyDtoHAsync_v2_ptsz(void *dstHost, CUdeviceptr srcDevice, size_t ByteCount,
 		CUstream hStream)
 {
 	return impl_cuMemcpyDtoHAsync_v2(dstHost, srcDevice, ByteCount, hStream);
 }
 
-static CUresult impl_cuMemcpyDtoDAsync_v2_ptsz(CUdeviceptr dstDevice, CUdeviceptr srcDevice,
+static inline __attribute__((always_inline)) CUresult impl_cuMemcpyDtoDAsync_v2_ptsz(CUdeviceptr dstDevice, CUdeviceptr srcDevice,
 		size_t ByteCount, CUstream hStream)
 {
 	return impl_cuMemcpyDtoDAsync_v2(dstDevice, srcDevice, ByteCount, hStream);
 }
 
-static CUresult impl_cuMemsetD8_v2(CUdeviceptr dstDevice, unsigned char uc, size_t N)
+static inline __attribute__((always_inline)) CUresult impl_cuMemsetD8_v2(CUdeviceptr dstDevice, unsigned char uc, size_t N)
 {
 	REQUIRE_CTX();
 	if (!N)
@@ -1047,12 +1047,12 @@ static CUresult impl_cuMemsetD8_v2(CUdeviceptr dstDevice, unsigned char uc, size
 	return OK;
 }
 
-static CUresult impl_cuMemsetD8_v2_ptds(CUdeviceptr dstDevice, unsigned char uc, size_t N)
+static inline __attribute__((always_inline)) CUresult impl_cuMemsetD8_v2_ptds(CUdeviceptr dstDevice, unsigned char uc, size_t N)
 {
 	return impl_cuMemsetD8_v2(dstDevice, uc, N);
 }
 
-static CUresult impl_cuMemsetD32_v2(CUdeviceptr dstDevice, unsigned int ui, size_t N)
+static inline __attribute__((always_inline)) CUresult impl_cuMemsetD32_v2(CUdeviceptr dstDevice, unsigned int ui, size_t N)
 {
 	REQUIRE_CTX();
 	if (!N)
@@ -1064,12 +1064,12 @@ static CUresult impl_cuMemsetD32_v2(CUdeviceptr dstDevice, unsigned int ui, size
 	return OK;
 }
 
-static CUresult impl_cuMemsetD32_v2_ptds(CUdeviceptr dstDevice, unsigned int ui, size_t N)
+static inline __attribute__((always_inline)) CUresult impl_cuMemsetD32_v2_ptds(CUdeviceptr dstDevice, unsigned int ui, size_t N)
 {
 	return impl_cuMemsetD32_v2(dstDevice, ui, N);
 }
 
-static CUresult impl_cuStreamCreate(CUstream *phStream, unsigned int Flags)
+static inline __attribute__((always_inline)) CUresult impl_cuStreamCreate(CUstream *phStream, unsigned int Flags)
 {
 	CUstream s;
 
@@ -1086,30 +1086,30 @@ static CUresult impl_cuStreamCreate(CUstream *phStream, unsigned int Flags)
 	return OK;
 }
 
-static CUresult impl_cuStreamSynchronize(CUstream hStream)
+static inline __attribute__((always_inline)) CUresult impl_cuStreamSynchronize(CUstream hStream)
 {
 	STAT(S_STREAM_SYNC);
 	REQUIRE_CTX();
 	return valid_stream(hStream) ? OK : E_INVALID_HANDLE;
 }
 
-static CUresult impl_cuStreamSynchronize_ptsz(CUstream hStream)
+static inline __attribute__((always_inline)) CUresult impl_cuStreamSynchronize_ptsz(CUstream hStream)
 {
 	return impl_cuStreamSynchronize(hStream);
 }
 
-static CUresult impl_cuStreamQuery(CUstream hStream)
+static inline __attribute__((always_inline)) CUresult impl_cuStreamQuery(CUstream hStream)
 {
 	REQUIRE_CTX();
 	return valid_stream(hStream) ? OK : E_INVALID_HANDLE;
 }
 
-static CUresult impl_cuStreamQuery_ptsz(CUstream hStream)
+static inline __attribute__((always_inline)) CUresult impl_cuStreamQuery_ptsz(CUstream hStream)
 {
 	return impl_cuStreamQuery(hStream);
 }
 
-static CUresult impl_cuStreamDestroy_v2(CUstream hStream)
+static inline __attribute__((always_inline)) CUresult impl_cuStreamDestroy_v2(CUstream hStream)
 {
 	REQUIRE_INIT();
 	if (!hStream || hStream == CU_STREAM_LEGACY || hStream == CU_STREAM_PER_THREAD ||
@@ -1120,7 +1120,7 @@ static CUresult impl_cuStreamDestroy_v2(CUstream hStream)
 	return OK;
 }
 
-static CUresult impl_cuStreamDestroy(CUstream hStream)
+static inline __attribute__((always_inline)) CUresult impl_cuStreamDestroy(CUstream hStream)
 {
 	return impl_cuStreamDestroy_v2(hStream);
 }
@@ -1135,7 +1135,7 @@ static const struct cs_error *error_of(CUresult e)
 	return NULL;
 }
 
-static CUresult impl_cuGetErrorString(CUresult error, const char **pStr)
+static inline __attribute__((always_inline)) CUresult impl_cuGetErrorString(CUresult error, const char **pStr)
 {
 	const struct cs_error *e = error_of(error);
 
@@ -1145,7 +1145,7 @@ static CUresult impl_cuGetErrorString(CUresult error, const char **pStr)
 	return e ? OK : E_INVALID_VALUE;
 }
 
-static CUresult impl_cuGetErrorName(CUresult error, const char **pStr)
+static inline __attribute__((always_inline)) CUresult impl_cuGetErrorName(CUresult error, const char **pStr)
 {
 	const struct cs_error *e = error_of(error);
 
@@ -1162,9 +1162,9 @@ static CUresult impl_cuGetErrorName(CUresult error, const char **pStr)
  * to the implementation of the ABI that a CUDA version asks for; the first row whose `since`
  * the requested version reaches wins, and `ptds` is the per-thread-default-stream flavour
  * (CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM). */
-static CUresult impl_cuGetProcAddress_v2(const char *symbol, void **pfn, int cudaVersion, cuuint64_t flags,
+static inline __attribute__((always_inline)) CUresult impl_cuGetProcAddress_v2(const char *symbol, void **pfn, int cudaVersion, cuuint64_t flags,
 		CUdriverProcAddressQueryResult *symbolStatus);
-static CUresult impl_cuGetProcAddress(const char *symbol, void **pfn, int cudaVersion, cuuint64_t flags);
+static inline __attribute__((always_inline)) CUresult impl_cuGetProcAddress(const char *symbol, void **pfn, int cudaVersion, cuuint64_t flags);
 
 struct proc {
 	const char *name;
@@ -1238,7 +1238,7 @@ static const struct proc g_procs[] = {
 
 #define PROC_PER_THREAD_DEFAULT_STREAM 2
 
-static CUresult impl_cuGetProcAddress_v2(const char *symbol, void **pfn, int cudaVersion, cuuint64_t flags,
+static inline __attribute__((always_inline)) CUresult impl_cuGetProcAddress_v2(const char *symbol, void **pfn, int cudaVersion, cuuint64_t flags,
 		CUdriverProcAddressQueryResult *symbolStatus)
 {
 	int known = 0;
@@ -1264,7 +1264,7 @@ static CUresult impl_cuGetProcAddress_v2(const char *symbol, void **pfn, int cud
 	return E_NOT_FOUND;
 }
 
-static CUresult impl_cuGetProcAddress(const char *symbol, void **pfn, int cudaVersion, cuuint64_t flags)
+static inline __attribute__((always_inline)) CUresult impl_cuGetProcAddress(const char *symbol, void **pfn, int cudaVersion, cuuint64_t flags)
 {
 	return impl_cuGetProcAddress_v2(symbol, pfn, cudaVersion, flags, NULL);
 }

@@ -5,8 +5,11 @@ TARGETS = [
     Target(
         out="cudastub/libcuda.so.1",
         sources=["native/cudastub/cudastub.c"],
-        # distinct entry points with room for a hook's jump each, as the real driver's have
-        cflags=["-fvisibility=hidden", "-pthread", "-fno-ipa-icf", "-falign-functions=64"],
+        # distinct entry points with room for a hook's jump each, as the real driver's have;
+        # no export may begin with a jump to the internal entry point cuGetProcAddress hands
+        # out (interceptors follow such a jump and would hook both paths at once)
+        cflags=["-fvisibility=hidden", "-pthread", "-fno-ipa-icf", "-falign-functions=64",
+                "-fno-optimize-sibling-calls"],
         ldflags=["-pthread"],
         soname="libcuda.so.1",
         links=["libcuda.so"],

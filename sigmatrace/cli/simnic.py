@@ -85,8 +85,14 @@ def register(app: typer.Typer) -> None:
             table.add_row(f"0x{p.lid:04x}", f"mlx5_{p.dev}", str(p.pid), p.gid,
                           "alive" if p.alive else "[red]dead (left over)[/]")
         console.print(table if ports else f"fabric {name}: no ports")
-        for obj in objects():
-            console.print(f"  {obj}")
+        mine = objects(name)
+        if mine:
+            console.print(f"shared-memory objects of fabric {name}:")
+            for obj in mine:
+                console.print(f"  {obj}")
+        others = {o.name.split(".")[3] for o in objects() if o.name.count(".") >= 3} - {name}
+        if others:
+            console.print(f"other fabrics: {', '.join(sorted(others))}")
 
     @sub.command("clean")
     def clean_cmd(fabric: str = typer.Option(..., "--fabric", "-f", help="Fabric to clean.")) -> None:

@@ -156,6 +156,10 @@ v2, v3, v3b, v4 = (proc("cuCtxCreate", v)[2] for v in (11000, 12000, 12040, 1300
 out("proc_cuCtxCreate_per_version", distinct(v2, v3, v4, addr("cuCtxCreate_v4")) and v3 == v3b)
 out("proc_ptds", distinct(proc("cuMemcpyHtoD", 13000, 2)[2], proc("cuMemcpyHtoD", 13000, 0)[2]))
 out("proc_unknown", proc("cuNoSuchCall", 13000))
+# no export starts with a jump (an interceptor would follow it into the internal entry point)
+exports = ["cuMemAlloc_v2", "cuMemHostRegister_v2", "cuMemHostUnregister", "cuMemHostGetDevicePointer_v2",
+           "cuMemcpyHtoD_v2", "cuGetProcAddress_v2", "cuInit", "cuStreamSynchronize"]
+out("exports_begin_with_jump", [e for e in exports if C.string_at(addr(e), 1)[0] in (0xE9, 0xEB)])
 # an internal entry point works like the export
 alloc_fn = C.CFUNCTYPE(C.c_int, C.POINTER(u64), C.c_size_t)(alloc[2])
 cuDevicePrimaryCtxRetain(C.byref(ctx), 0)

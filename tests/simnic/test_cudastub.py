@@ -58,6 +58,17 @@ def test_exports_and_soname():
     assert not [s for s in syms if not (s.startswith("cu") or s == "sigmatrace_cudastub")]
 
 
+def test_exports_can_be_intercepted():
+    """Each export has a body of its own, long enough for an interceptor's jump (as the real
+    driver's entry points): not a short stub that jumps to the entry point cuGetProcAddress
+    hands out (the probe also checks that none begins with a jump)."""
+    out = subprocess.run(["nm", "-S", "-D", "--defined-only", str(LIB)], capture_output=True, text=True,
+                         check=True).stdout
+    sizes = {f[3]: int(f[1], 16) for f in (line.split() for line in out.splitlines()) if len(f) == 4}
+    short = {name: n for name, n in sizes.items() if name.startswith("cu") and n < 20}
+    assert not short
+
+
 def test_driver_behaviour():
     r = subprocess.run([sys.executable, str(Path(__file__).with_name("_cudastub_probe.py")), str(LIB)],
                        capture_output=True, text=True, timeout=60)
@@ -109,6 +120,7 @@ def test_driver_behaviour():
         "proc_ptds": "True",
         "proc_unknown": "(500, 1, None)",             # SYMBOL_NOT_FOUND
         "proc_call": "(0, 0, 2)",
+        "exports_begin_with_jump": "[]",
         "error_string_1": "(0, 'invalid argument')",
         "error_name_712": "(0, 'CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED')",
         "error_name_bad": "1",
