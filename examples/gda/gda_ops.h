@@ -56,6 +56,7 @@ struct gda_qp_view {
     uint64_t status;         /* enum gda_status */
     uint32_t err_opcode, err_syndrome;
     uint64_t t_start, t_end; /* ns (globaltimer / CLOCK_MONOTONIC) */
+    uint64_t t_issue;        /* rate mode: when the last doorbell was rung (before the drain) */
     uint64_t *lat;           /* latency samples, ns (may be NULL) */
 };
 
@@ -239,7 +240,7 @@ GDA_NOINLINE void gda_prog_rate(struct gda_qp_view *q, const struct gda_cfg *c)
         int sig = (++since_sig >= c->sig_every) || last;
         if (sig)
             since_sig = 0;
-        uint64_t s = i % S;
+        uint64_t s = (uint32_t)i % (uint32_t)S;
         if (c->inline_data)
             gda_post_write_inline(&q->sq, i, 8, q->rbuf_nic + GDA_A0(S) + s * 64, q->rkey, sig);
         else
@@ -253,6 +254,7 @@ GDA_NOINLINE void gda_prog_rate(struct gda_qp_view *q, const struct gda_cfg *c)
             in_batch = 0;
         }
     }
+    q->t_issue = gda_time_ns();
     if (!gda_wait_room(q, c, &done, 1))
         return;
     q->t_end = gda_time_ns();
@@ -319,25 +321,30 @@ GDA_NOINLINE void gda_prog_pingpong(struct gda_qp_view *q, const struct gda_cfg 
     q->t_end = gda_time_ns();
 }
 
-/* The body of one submitting thread. */
-GDA_FN void gda_thread_main(struct gda_qp_view *q, const struct gda_cfg *c)
+/* The body of one submitting thread.  It works on its own copy of the view and the settings
+ * (thread-local, not device-wide memory: the queue state changes on every operation) and hands
+ * the results back at the end. */
+GDA_FN void gda_thread_main(struct gda_qp_view *qg, const struct gda_cfg *cg)
 {
-    switch (c->mode) {
+    struct gda_qp_view q = *qg;
+    struct gda_cfg c = *cg;
+    switch (c.mode) {
     case GDA_MODE_OPS:
-        gda_prog_ops(q, c);
+        gda_prog_ops(&q, &c);
         break;
     case GDA_MODE_LATENCY:
-        gda_prog_latency(q, c);
+        gda_prog_latency(&q, &c);
         break;
     case GDA_MODE_RATE:
-        gda_prog_rate(q, c);
+        gda_prog_rate(&q, &c);
         break;
     case GDA_MODE_PINGPONG:
-        gda_prog_pingpong(q, c);
+        gda_prog_pingpong(&q, &c);
         break;
     default:
-        q->status = GDA_ERR_CONFIG;
+        q.status = GDA_ERR_CONFIG;
     }
+    *qg = q;
 }
 
 #endif

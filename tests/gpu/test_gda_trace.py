@@ -278,3 +278,14 @@ def test_runtime_api_callers_are_caught(gda_run):
     check_qp_trace(r.records(), r.summary["qps"][0], 200, ["write", "read", "fadd"])
     subs = [ev for ev in r.cold() if ev["ev"] == "cu_device_pointer" and ev["substituted"]]
     assert len(subs) == 1
+
+
+def test_queues_in_host_memory(gda_run):
+    """Send queues in pinned host memory (as NVSHMEM can place them): recovered with host copies."""
+    r = gda_run(["--mode", "ops", "-n", "300", "--ops", "write,read,fadd,writev", "--queues", "host", "--batch", "2"])
+    q = r.summary["qps"][0]
+    check_qp_trace(r.records(), q, 300, ["write", "read", "fadd", "writev"], batch=2)
+    c = [ev for ev in r.cold() if ev["ev"] == "devx_qp_create" and ev["qpn"] == q["qpn"]][0]
+    assert c["mem"] == "host" and c["gpu"] == -1
+    rep = r.report()
+    assert rep["repeaters"][0]["syncs"] == 0  # host copies are plain memcpy: nothing to wait for
