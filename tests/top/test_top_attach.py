@@ -122,8 +122,6 @@ def test_attach_live_shows_the_dashboard_while_recording(program, tmp_path):
     assert rc == 0 and "ok=1" in text
 
 
-@pytest.mark.xfail(strict=True, reason="capture: a program spawned by `sigmatrace spawn` and detached before it "
-                   "ends dies of SIGTRAP at its exit (`spawn --duration` shows it too); reported to the lead")
 def test_spawn_live_q_detaches_and_the_program_finishes(tmux, tmp_path, counter_exe):
     out = tmp_path / "trace"
     cmd = " ".join(SIGMATRACE) + f" spawn --live --out {out} -- {counter_exe} 80 100000 > {tmp_path / 'prog.out'}"
