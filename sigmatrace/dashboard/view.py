@@ -136,7 +136,9 @@ def _coverage_lines(frame: Frame, width: int) -> list[Text]:
         c = procs[0].coverage
         for s in c.stages:
             segs.append((f"{OK} {s.label}", "green") if s.reached else (f"{NOT} {s.missing}", "bold red"))
-        if procs[0].cold.attached and c.doorbell_mode != lv.DoorbellMode.OFF:
+        doorbell_hooks = any(pr.name in ("mlx5", "cuda") and pr.state == lv.ProviderState.INSTALLED
+                             for pr in c.providers)
+        if procs[0].cold.attached and c.doorbell_mode != lv.DoorbellMode.OFF and doorbell_hooks:
             found = procs[0].cold.unwatched_pages
             segs.append(("attached: doorbell pages mapped before are not watched"
                          + (f" ({found} found)" if found else ""), "yellow"))
