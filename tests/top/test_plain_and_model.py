@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import re
 import subprocess
+import time
 
 import pytest
 from rich.console import Console
@@ -258,3 +259,21 @@ def test_bad_input_is_one_line_with_the_fix(args, rc, message):
     assert res.returncode == rc, res.stderr
     assert message in " ".join(res.stderr.split())
     assert "Traceback" not in res.stderr
+
+
+def test_two_processes_are_summed_and_told_apart(generator, tmp_path):
+    a = generator("--doorbell-rates", "1500", "--duration", "6")
+    b = generator("--doorbell-rates", "500", "--duration", "6")
+    time.sleep(2.5)
+    m = DashboardModel()
+    with LiveSource(a.trace_dir) as src:
+        m.update(src.poll())
+        time.sleep(1.2)
+        f = m.update(src.poll())
+    assert sorted(p.pid for p in f.processes) == sorted([a.pid, b.pid])
+    assert abs(f.totals.doorbells.rate - 2000) <= 200
+    assert sorted((r.pid, r.qpn) for r in f.qps) == sorted([(a.pid, 0x200), (b.pid, 0x200)])
+    text = _render_text(f, 100, 30)
+    assert "2 processes (2 running)" in text.splitlines()[0]
+    assert f"{a.pid}:gpu0" in text and f"{b.pid}:gpu0" in text
+    assert "requested 2/2" in text
