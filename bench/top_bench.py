@@ -71,6 +71,12 @@ class Tmux:
 
     def kill(self) -> None:
         subprocess.run(["tmux", "-L", self.socket, "kill-server"], capture_output=True)
+        # the server leaves its socket file behind when killed: remove ours
+        base = os.environ.get("TMUX_TMPDIR") or "/tmp"
+        try:
+            os.unlink(os.path.join(base, f"tmux-{os.getuid()}", self.socket))
+        except OSError:
+            pass
 
 
 def stop(p: subprocess.Popen) -> None:

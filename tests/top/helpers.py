@@ -81,6 +81,12 @@ class Tmux:
 
     def kill(self) -> None:
         self._run("kill-server", check=False)
+        # the server leaves its socket file behind when killed: remove ours
+        base = os.environ.get("TMUX_TMPDIR") or "/tmp"
+        try:
+            os.unlink(os.path.join(base, f"tmux-{os.getuid()}", self.socket))
+        except OSError:
+            pass
 
 
 class Generator:
