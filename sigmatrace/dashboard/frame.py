@@ -161,7 +161,7 @@ class Frame:
     def spark(self, metric: Metric, seconds: int = 60) -> list[float | None]:
         if metric.gap is not None or metric.key is None:
             return [None] * seconds
-        return self.history.history(metric.key, seconds)
+        return self.history.history(metric.key, seconds, until=self.t)
 
     def resort(self, sort: SortKey) -> None:
         self.sort = sort

@@ -48,14 +48,15 @@ class CounterHistory:
             return None
         return self._rate_between(key, self._window_start, len(self._times) - 1, self.rate_window / 5)
 
-    def history(self, key: Hashable, seconds: int = 60) -> list[float | None]:
-        """Rates over consecutive one-second steps ending at the newest sample, oldest first;
-        None where the counter was not followed yet."""
+    def history(self, key: Hashable, seconds: int = 60, until: float | None = None) -> list[float | None]:
+        """Rates over consecutive one-second steps ending at the newest sample (or the last one
+        taken at `until`: a paused display keeps its picture), oldest first; None where the
+        counter was not followed yet."""
         out: list[float | None] = []
-        if len(self._times) < 2:
+        end = len(self._times) - 1 if until is None else bisect.bisect_right(self._times, until) - 1
+        if end < 1:
             return [None] * seconds
-        t1 = self._times[-1]
-        end = len(self._times) - 1
+        t1 = self._times[end]
         for k in range(1, seconds + 1):
             start = bisect.bisect_right(self._times, t1 - k) - 1
             if start < 0 or start >= end:

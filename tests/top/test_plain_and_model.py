@@ -277,3 +277,14 @@ def test_two_processes_are_summed_and_told_apart(generator, tmp_path):
     assert "2 processes (2 running)" in text.splitlines()[0]
     assert f"{a.pid}:gpu0" in text and f"{b.pid}:gpu0" in text
     assert "requested 2/2" in text
+
+
+def test_history_until_keeps_a_paused_picture():
+    h = CounterHistory(span=60, rate_window=1.0)
+    for i in range(0, 41):
+        h.add(i * 0.5, {"x": 100.0 * i * 0.5})
+    before = h.history("x", 10, until=20.0)
+    for i in range(41, 61):  # the counter goes on at 300/s while the display is paused
+        h.add(i * 0.5, {"x": 2000.0 + 300.0 * (i * 0.5 - 20.0)})
+    assert h.history("x", 10, until=20.0) == before == pytest.approx([100.0] * 10)
+    assert h.history("x", 10)[-1] == pytest.approx(300.0)
