@@ -123,6 +123,7 @@ class Controller:
         self._device = None
         self._observers = []
         self._reported: set = set()  # process directories whose end was reported
+        self.stop_requested = threading.Event()  # set from another thread (the dashboard's q): detach now
 
     # ------------------------------------------------------------------ common
 
@@ -280,7 +281,7 @@ class Controller:
                 self._reap_ended()
                 if child.poll() is not None and not self._live() and self.events.empty():
                     return "completed", root_seen
-                if deadline and time.monotonic() > deadline:
+                if (deadline and time.monotonic() > deadline) or self.stop_requested.is_set():
                     return "detached", root_seen
         except KeyboardInterrupt:
             return "interrupted", root_seen
@@ -341,7 +342,7 @@ class Controller:
             while self._live():
                 time.sleep(0.1)
                 self._reap_ended()
-                if deadline and time.monotonic() > deadline:
+                if (deadline and time.monotonic() > deadline) or self.stop_requested.is_set():
                     status = "detached"
                     break
         except KeyboardInterrupt:

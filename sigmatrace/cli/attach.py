@@ -6,8 +6,8 @@ from typing import Optional
 import typer
 from typing_extensions import Annotated
 
-from .options import (DoorbellsOpt, ModeOpt, NoDoorbellsOpt, OutOpt, ProvidersOpt, RepeaterCpusOpt, RingOpt,
-                      WqeBatchOpt, capture_options, doorbell_options)
+from .options import (DoorbellsOpt, LiveOpt, ModeOpt, NoDoorbellsOpt, OutOpt, ProvidersOpt, RepeaterCpusOpt,
+                      RingOpt, WqeBatchOpt, capture_options, doorbell_options, with_live)
 from ..capture.config import DEFAULT_RING_RECORDS, Mode
 
 HELP = """Trace the running process PID until Ctrl-C or --duration; then every hook is removed and the process runs on as before. Needs the right to ptrace PID (its owner, or root). Verbs contexts and QPs made before the attach are found and reported as such."""
@@ -28,6 +28,7 @@ def register(app: typer.Typer) -> None:
         wqe_batch: WqeBatchOpt = 128,
         quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress lines.")] = False,
         verbose: Annotated[bool, typer.Option("--verbose", "-v", help="More progress detail.")] = False,
+        live: LiveOpt = False,
     ) -> None:
         from ..capture import Controller
         from ..capture.ui import CaptureUI, RichUI
@@ -37,6 +38,7 @@ def register(app: typer.Typer) -> None:
         ui = CaptureUI() if quiet else RichUI(verbose=verbose)
         if warning:
             ui.warning(warning)
-        result = Controller(opts, ui).attach(pid, duration=duration)
+        controller = Controller(opts, ui)
+        result = with_live(live, controller, lambda: controller.attach(pid, duration=duration))
         if not quiet:
             ui.status(f"{result.status}; trace written to {result.out} (sigmatrace report {result.out})")

@@ -25,6 +25,21 @@ RingOpt = Annotated[int, typer.Option(
     "--ring-records", metavar="N", hidden=True,
     help="Records buffered per recording thread (a power of two).")]
 DebugOpt = Annotated[bool, typer.Option("--debug", help="Show full tracebacks on errors.")]
+LiveOpt = Annotated[bool, typer.Option(
+    "--live", help="Show the live dashboard (as `sigmatrace top`) while recording, on stderr; q stops "
+                   "tracing (the program keeps running).")]
+
+
+def with_live(live: bool, controller, capture):
+    """Run `capture()` (the controller's spawn or attach), with the dashboard when --live."""
+    if not live:
+        return capture()
+    from rich.console import Console
+
+    from ..dashboard.capture_live import run_with_dashboard
+    return run_with_dashboard(controller, capture, console=Console(stderr=True))
+
+
 # GPU doorbells (the doorbell hijack; see docs/doorbells.md)
 DoorbellsOpt = Annotated[str, typer.Option(
     "--doorbells", metavar="wqe|forward",

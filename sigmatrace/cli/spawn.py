@@ -6,8 +6,8 @@ from typing import List, Optional
 import typer
 from typing_extensions import Annotated
 
-from .options import (DoorbellsOpt, ModeOpt, NoDoorbellsOpt, OutOpt, ProvidersOpt, RepeaterCpusOpt, RingOpt,
-                      WqeBatchOpt, capture_options, doorbell_options)
+from .options import (DoorbellsOpt, LiveOpt, ModeOpt, NoDoorbellsOpt, OutOpt, ProvidersOpt, RepeaterCpusOpt,
+                      RingOpt, WqeBatchOpt, capture_options, doorbell_options, with_live)
 from ..capture.config import DEFAULT_RING_RECORDS, Mode
 
 HELP = """Start PROGRAM under the tracer and record its RDMA activity.
@@ -36,6 +36,7 @@ def register(app: typer.Typer) -> None:
         wqe_batch: WqeBatchOpt = 128,
         quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress lines, no summary.")] = False,
         verbose: Annotated[bool, typer.Option("--verbose", "-v", help="More progress detail.")] = False,
+        live: LiveOpt = False,
     ) -> None:
         from ..capture import Controller
         from ..capture.ui import CaptureUI, RichUI
@@ -47,7 +48,8 @@ def register(app: typer.Typer) -> None:
         ui = CaptureUI() if quiet else RichUI(verbose=verbose)
         if warning:
             ui.warning(warning)
-        result = Controller(opts, ui).spawn(program, duration=duration)
+        controller = Controller(opts, ui)
+        result = with_live(live, controller, lambda: controller.spawn(program, duration=duration))
         if not quiet:
             ui.status(f"trace written to {result.out} (sigmatrace report {result.out})")
         code = result.exit_code
