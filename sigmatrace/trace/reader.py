@@ -85,6 +85,14 @@ class StreamFile:
                 if len(good):
                     yield good
 
+    def memmap(self) -> np.ndarray:
+        """A read-only view of every whole record, unvalidated: for quick scans of one column
+        (the OS pages the file in; nothing is copied).  Records with seq 0 are unwritten."""
+        if self.n_records == 0:
+            return np.zeros(0, fmt.RECORD_DTYPE)
+        return np.memmap(self.path, dtype=fmt.RECORD_DTYPE, mode="r", offset=fmt.STREAM_HEADER_SIZE,
+                         shape=(self.n_records,))
+
     def read(self) -> np.ndarray:
         """All sound records of the stream."""
         parts = list(self.chunks())
@@ -112,6 +120,8 @@ class StreamFile:
                 self.problems.append(Problem(self.path, None, f"{len(jumps) - 16} more sequence jumps"))
             expected = int(s[-1]) + 1
         nbad = int((~ok).sum())
+        if not nbad:
+            return recs, expected
         if nbad:
             first = int(np.flatnonzero(~ok)[0])
             off = fmt.STREAM_HEADER_SIZE + (start + first) * fmt.RECORD_SIZE
@@ -155,10 +165,15 @@ def read_cold(path: str | os.PathLike) -> ColdEvents:
 
 
 class ProcessTrace:
-    """One p<pid>/ directory."""
+    """One p<pid>/ directory.
 
-    def __init__(self, path: str | os.PathLike):
+    `node` is the host name a merged trace filed the process under (nodes/<host>/p<pid>);
+    `default_host` the session's host, used when meta.json lacks one."""
+
+    def __init__(self, path: str | os.PathLike, node: str | None = None, default_host: str | None = None):
         self.path = Path(path)
+        self.node = node
+        self._default_host = default_host
         self.problems: list[Problem] = []
         try:
             self.pid = int(self.path.name[1:])
@@ -166,6 +181,12 @@ class ProcessTrace:
             raise TraceFormatError(f"{self.path}: not a process directory (expected p<pid>)") from None
         self.meta = _read_json(self.path / "meta.json", self.problems) or {"pid": self.pid}
         self._cold: ColdEvents | None = None
+
+    @property
+    def host(self) -> str:
+        """The node the process ran on: meta.json, else the merged layout's directory, else the
+        session's host."""
+        return str(self.meta.get("host") or self.node or self._default_host or "unknown")
 
     def live(self) -> LiveSnapshot | None:
         """The live block's state, or None (with a Problem) where there is none or it is damaged."""
@@ -201,7 +222,10 @@ class ProcessTrace:
 
 
 class TraceDir:
-    """A trace directory: session.json plus p<pid>/ directories."""
+    """A trace directory: session.json plus p<pid>/ directories.
+
+    A merged trace (`sigmatrace merge`) files its processes as nodes/<host>/p<pid>/; both layouts
+    may appear in one directory and `processes` lists them all."""
 
     def __init__(self, path: str | os.PathLike):
         self.path = Path(path)
@@ -210,9 +234,12 @@ class TraceDir:
         self.problems: list[Problem] = []
         self.session = _read_json(self.path / "session.json", self.problems)
         procs = sorted(p for p in self.path.glob("p[0-9]*") if p.is_dir())
-        if self.session is None and not procs:
+        nested = sorted(p for p in self.path.glob("nodes/*/p[0-9]*") if p.is_dir() and p.name[1:].isdigit())
+        if self.session is None and not procs and not nested:
             raise TraceFormatError(f"{self.path}: not a sigmatrace trace (no session.json and no p<pid>/ directories)")
-        self.processes = [ProcessTrace(p) for p in procs]
+        host = (self.session or {}).get("host")
+        self.processes = [ProcessTrace(p, default_host=host) for p in procs]
+        self.processes += [ProcessTrace(p, node=p.parent.name) for p in nested]
 
     def all_problems(self) -> list[Problem]:
         out = list(self.problems)
