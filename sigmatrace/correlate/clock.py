@@ -120,6 +120,9 @@ def _piecewise(x: np.ndarray, xs: np.ndarray, ys: np.ndarray, outer_rate: float)
     slope `outer_rate` through the nearest end point."""
     if len(xs) == 1:
         return ys[0] + np.rint((x - xs[0]).astype(np.float64) * outer_rate).astype(np.int64)
+    if len(x) and len(xs) == 2 and x.min() >= xs[0] and x.max() <= xs[1]:
+        # the common case, everything between the start and end triples: one line
+        return ys[0] + np.rint((x - xs[0]).astype(np.float64) * outer_rate).astype(np.int64)
     seg = np.clip(np.searchsorted(xs, x, side="right") - 1, 0, len(xs) - 2)
     rates = np.diff(ys).astype(np.float64) / np.diff(xs).astype(np.float64)
     rate = rates[seg]

@@ -4,10 +4,11 @@ A Batch is columnar (a dict of equal-length numpy arrays) and belongs to one pro
 the record fields, `ns` (realtime), `tid`, and the fields of continuation records folded into
 the record they continue: WQE_SEG -> `nseg`, `seg_addr`, `seg_key` (first segment), `seg_bytes`
 (all segments), `inline`; WQE_ATOMIC / ATOMIC_ARGS -> `cmp`, `swp`; WQE_AV -> `av_qpn`,
-`av_key`.  CALIB records are consumed by the clock model and are not in batches.
+`av_key`.  Continuation and CALIB records stay in the batch (nothing is copied to drop them);
+consumers pick records by type.
 
-Streams are read in chunks (bounded memory); a continuation that starts a chunk is joined to
-the record it continues by carrying each chunk's tail over to the next.  When several streams
+Streams are read in chunks (bounded memory), one chunk ahead: continuations that start a chunk
+are moved to the end of the previous one, joining the record they continue.  When several streams
 of a process must be seen in time order (several threads posting on one QP), `ordered_batches`
 merges them by timestamp with a watermark, holding at most one chunk per stream.
 """
@@ -61,24 +62,26 @@ def stream_batches(ts: TraceSet, p: Proc, s: StreamInfo, chunk_records: int = 1 
     """Events of one stream in file order, `chunk_records` at a time."""
     sf = StreamFile(s.path)
     convert = p.clock.tsc_to_ns if s.clock == fmt.Clock.TSC else p.clock.mono_to_ns
-    carry = None
+    prev = None
     try:
         for recs in sf.chunks(chunk_records):
             if on_read is not None:
                 on_read(len(recs))
-            if carry is not None:
-                recs = np.concatenate([carry, recs])
-            # hold back the last record that is not a continuation: its continuations may follow
-            cont = _is_cont(recs)
-            heads = np.flatnonzero(~cont)
-            cut = int(heads[-1]) if len(heads) else len(recs)
-            carry = recs[cut:]
-            if cut:
-                b = _batch(p, s, recs[:cut], convert)
+            if prev is not None:
+                # continuations at the start of this chunk belong to the previous chunk's last record
+                lead = 0
+                if len(recs) and _is_cont(recs[:1])[0]:
+                    cont = _is_cont(recs)
+                    lead = len(recs) if cont.all() else int(np.argmin(cont))
+                if lead:
+                    prev = np.concatenate([prev, recs[:lead]])
+                    recs = recs[lead:]
+                b = _batch(p, s, prev, convert)
                 if b is not None:
                     yield b
-        if carry is not None and len(carry):
-            b = _batch(p, s, carry, convert)
+            prev = recs if len(recs) else None
+        if prev is not None and len(prev):
+            b = _batch(p, s, prev, convert)
             if b is not None:
                 yield b
     finally:
@@ -86,65 +89,58 @@ def stream_batches(ts: TraceSet, p: Proc, s: StreamInfo, chunk_records: int = 1 
 
 
 def _is_cont(recs: np.ndarray) -> np.ndarray:
-    return ((recs["flags"] & fmt.RecFlag.CONT) != 0) & np.isin(recs["type"], CONT_TYPES)
+    flagged = (recs["flags"] & fmt.RecFlag.CONT) != 0
+    if not flagged.any():
+        return flagged
+    t = recs["type"]
+    return flagged & (t >= RT.ATOMIC_ARGS) & ((t == RT.ATOMIC_ARGS) | ((t >= RT.WQE_SEG) & (t <= RT.WQE_AV)))
 
 
 def _batch(p: Proc, s: StreamInfo, recs: np.ndarray, convert) -> Batch | None:
-    cont = _is_cont(recs)
-    keep = ~cont & (recs["type"] != RT.CALIB)
-    cols: dict[str, np.ndarray] = {}
-    if cont.any():
-        cols.update(_fold(recs, cont, keep))
-    kept = recs[keep] if not keep.all() else recs
-    if not len(kept):
+    if not len(recs):
         return None
-    for name in RECORD_FIELDS:
-        cols[name] = np.ascontiguousarray(kept[name])
+    cols: dict[str, np.ndarray] = {name: recs[name] for name in RECORD_FIELDS}
+    cont = _is_cont(recs)
+    if cont.any():
+        cols.update(_fold(recs, cont))
     cols["ns"] = convert(cols["ts"])
-    cols["tid"] = np.full(len(kept), s.tid, np.int64)
+    cols["tid"] = np.full(len(recs), s.tid, np.int64)
     return Batch(p.index, cols)
 
 
-def _fold(recs: np.ndarray, cont: np.ndarray, keep: np.ndarray) -> dict[str, np.ndarray]:
-    """Columns for the kept records holding the fields of their continuation records."""
+def _fold(recs: np.ndarray, cont: np.ndarray) -> dict[str, np.ndarray]:
+    """Columns holding, at each record, the fields of the continuation records that follow it."""
     n = len(recs)
-    idx = np.arange(n)
-    parent = np.maximum.accumulate(np.where(cont, -1, idx))
-    kept_pos = np.cumsum(keep) - 1            # position of each record among the kept ones
-    m = int(keep.sum())
+    parent = np.maximum.accumulate(np.where(cont, -1, np.arange(n)))
     out: dict[str, np.ndarray] = {}
     ci = np.flatnonzero(cont & (parent >= 0))
     if not len(ci):
         return out
-    par = parent[ci]
-    ok = keep[par]                            # a continuation of a CALIB (nonsense) is dropped
-    ci, par = ci[ok], par[ok]
-    dst = kept_pos[par]
+    dst = parent[ci]
     t = recs["type"][ci]
     seg = t == RT.WQE_SEG
     if seg.any():
         sd, sc = dst[seg], ci[seg]
-        nseg = np.bincount(sd, minlength=m)
-        out["nseg"] = nseg.astype(np.uint16)
-        out["seg_bytes"] = np.bincount(sd, weights=recs["len"][sc].astype(np.float64), minlength=m).astype(np.uint64)
+        out["nseg"] = np.bincount(sd, minlength=n).astype(np.uint16)
+        out["seg_bytes"] = np.bincount(sd, weights=recs["len"][sc].astype(np.float64), minlength=n).astype(np.uint64)
         first = np.concatenate(([True], sd[1:] != sd[:-1]))
         for name, col in (("seg_addr", "addr"), ("seg_key", "key")):
-            a = np.zeros(m, FOLDED[name])
+            a = np.zeros(n, FOLDED[name])
             a[sd[first]] = recs[col][sc[first]]
             out[name] = a
-        inl = np.zeros(m, np.bool_)
+        inl = np.zeros(n, np.bool_)
         inl[sd[(recs["flags"][sc] & fmt.RecFlag.INLINE) != 0]] = True
         out["inline"] = inl
     at = (t == RT.WQE_ATOMIC) | (t == RT.ATOMIC_ARGS)
     if at.any():
         # WQE_ATOMIC: addr compare, extra swap_add; ATOMIC_ARGS: addr compare_add, extra swap
-        cmp_, swp = np.zeros(m, np.uint64), np.zeros(m, np.uint64)
+        cmp_, swp = np.zeros(n, np.uint64), np.zeros(n, np.uint64)
         cmp_[dst[at]] = recs["addr"][ci[at]]
         swp[dst[at]] = recs["extra"][ci[at]]
         out["cmp"], out["swp"] = cmp_, swp
     av = t == RT.WQE_AV
     if av.any():
-        aq, ak = np.zeros(m, np.uint32), np.zeros(m, np.uint64)
+        aq, ak = np.zeros(n, np.uint32), np.zeros(n, np.uint64)
         aq[dst[av]] = recs["aux32"][ci[av]]
         ak[dst[av]] = recs["extra"][ci[av]]
         out["av_qpn"], out["av_key"] = aq, ak

@@ -39,8 +39,9 @@ class StreamInfo:
     type_counts: np.ndarray = field(default_factory=lambda: np.zeros(256, np.int64))
     first_ts: int = 0
     last_ts: int = 0
-    # records that take part in matching: category -> {qpn: count} (ops.categories)
-    matching: dict[str, dict[int, int]] = field(default_factory=dict)
+    # records that take part in matching: category -> {qpn: count} (ops.categories), or None
+    # until TraceSet.count_matching() has run
+    matching: dict[str, dict[int, int]] | None = None
 
 
 @dataclass
@@ -154,9 +155,9 @@ class TraceSet:
         """One quick look at a stream: record types, first and last timestamps, CALIB triples,
         and per QP the records that take part in matching.
 
-        Reads through a memory map, copying only the records it needs.  It keeps exactly the
-        records the full read keeps (written, of a known type), so its counts agree with it;
-        the full read reports the damage."""
+        Reads through a memory map, copying only the records it needs, and counts exactly
+        the records the full read keeps (written, of a known type); the full read reports the
+        damage."""
         try:
             mm = StreamFile(s.path).memmap()
         except (OSError, TraceFormatError) as e:
@@ -173,21 +174,40 @@ class TraceSet:
             calib = np.flatnonzero((types == fmt.RecType.CALIB) & sound)
             for r in np.asarray(part[calib]):
                 p.calib.append(CalibPoint(int(r["ts"]), int(r["addr"]), int(r["extra"])))
-            sel = np.flatnonzero(sound & np.isin(types, MATCHING_TYPES))
-            if len(sel):
-                recs = np.asarray(part[sel])
-                for name, mask in O.categories(recs).items():
-                    if mask.any():
-                        q, c = np.unique(recs["qpn"][mask], return_counts=True)
-                        d = s.matching.setdefault(name, {})
-                        for qq, cc in zip(q.tolist(), c.tolist()):
-                            d[qq] = d.get(qq, 0) + cc
+
         written = np.flatnonzero(np.asarray(mm["seq"][:1024]) != 0)
         s.first_ts = int(mm["ts"][written[0]]) if len(written) else 0
         tail = np.asarray(mm[-1024:])
         tail = tail[tail["seq"] != 0]
         s.last_ts = int(tail["ts"][-1]) if len(tail) else s.first_ts
         del mm
+
+    def count_matching(self, p: Proc, s: StreamInfo) -> dict[str, dict[int, int]]:
+        """Per QP, how many records of the stream take part in matching (ops.categories),
+        counting exactly the records the full read keeps."""
+        if s.matching is not None:
+            return s.matching
+        s.matching = {}
+        try:
+            mm = StreamFile(s.path).memmap()
+        except (OSError, TraceFormatError):
+            return s.matching
+        step = 1 << 22
+        for start in range(0, len(mm), step):
+            part = mm[start:start + step]
+            types = np.asarray(part["type"])
+            sel = np.flatnonzero(np.isin(types, MATCHING_TYPES) & (np.asarray(part["seq"]) != 0))
+            if not len(sel):
+                continue
+            recs = np.asarray(part[sel])
+            for name, mask in O.categories(recs).items():
+                if mask.any():
+                    q, c = np.unique(recs["qpn"][mask], return_counts=True)
+                    d = s.matching.setdefault(name, {})
+                    for qq, cc in zip(q.tolist(), c.tolist()):
+                        d[qq] = d.get(qq, 0) + cc
+        del mm
+        return s.matching
 
     def _fit_clock(self, p: Proc) -> ClockModel:
         pts = list(p.calib)

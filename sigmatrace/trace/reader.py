@@ -107,10 +107,11 @@ class StreamFile:
         bad_type = (recs["type"] == 0) | (recs["type"] >= fmt.RecType.POST_SRQ_RECV + 1)
         unwritten = seq == 0
         ok = ~(bad_type | unwritten)
+        all_ok = bool(ok.all())
         # seq must increase by one between consecutive sound records
-        idx = np.flatnonzero(ok)
+        idx = np.arange(len(ok)) if all_ok else np.flatnonzero(ok)
         if len(idx):
-            s = seq[idx]
+            s = seq if all_ok else seq[idx]
             prev = np.concatenate(([expected - 1], s[:-1]))
             jumps = np.flatnonzero(s != prev + 1)
             for j in jumps[:16]:
@@ -119,14 +120,13 @@ class StreamFile:
             if len(jumps) > 16:
                 self.problems.append(Problem(self.path, None, f"{len(jumps) - 16} more sequence jumps"))
             expected = int(s[-1]) + 1
-        nbad = int((~ok).sum())
-        if not nbad:
+        if all_ok:
             return recs, expected
-        if nbad:
-            first = int(np.flatnonzero(~ok)[0])
-            off = fmt.STREAM_HEADER_SIZE + (start + first) * fmt.RECORD_SIZE
-            self.problems.append(Problem(self.path, off, f"{nbad} unreadable record(s) skipped "
-                                                         "(unwritten or unknown type)"))
+        nbad = int((~ok).sum())
+        first = int(np.flatnonzero(~ok)[0])
+        off = fmt.STREAM_HEADER_SIZE + (start + first) * fmt.RECORD_SIZE
+        self.problems.append(Problem(self.path, off, f"{nbad} unreadable record(s) skipped "
+                                                     "(unwritten or unknown type)"))
         return recs[ok], expected
 
 
