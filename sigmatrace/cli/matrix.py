@@ -74,7 +74,7 @@ def matrix(
         tot_o = int(m.ops[i].sum()) + (un[0] if un else 0)
         t.add_row(lab, *cells, f"{human_bytes(tot_b)} ({tot_o:,})")
     out.print(t)
-    out.print(f"total: {m.total_bytes:,} bytes in {m.total_ops:,} operations")
+    out.print(f"total: {m.total_bytes:,} bytes in {m.total_ops:,} operations", soft_wrap=True)
     if json_out is not None:
         import json
         import os

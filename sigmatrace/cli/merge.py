@@ -34,4 +34,5 @@ def merge(
     with RichUI(err) as progress:
         r = do_merge(dirs, out, copy=copy, progress=progress)
     Console().print(f"{r['path']}: {r['processes']} processes from {len(r['hosts'])} hosts "
-                    f"({', '.join(r['hosts'])}); {r['linked']} files linked, {r['copied']} copied", highlight=False)
+                    f"({', '.join(r['hosts'])}); {r['linked']} files linked, {r['copied']} copied", highlight=False,
+                    soft_wrap=True)

@@ -111,8 +111,8 @@ class ClockModel:
         far from linear the clock was (0 with two triples or fewer)."""
         if self.points < 3:
             return 0.0
-        line = self.real[0] + (self.tsc - self.tsc[0]).astype(np.float64) * self.ns_per_tick
-        return float(np.max(np.abs(self.real - line)))
+        line = (self.tsc - self.tsc[0]).astype(np.float64) * self.ns_per_tick
+        return float(np.max(np.abs((self.real - self.real[0]).astype(np.float64) - line)))
 
 
 def _piecewise(x: np.ndarray, xs: np.ndarray, ys: np.ndarray, outer_rate: float) -> np.ndarray:

@@ -182,8 +182,15 @@ class DoorbellJoiner:
         d = self.db.cols
         wqe = items["type"][h] == RT.WQE
         nbb = items["nbb"][h]
-        np.add.at(d["covered"], dj, nbb)
-        np.add.at(d["lost_bbs"], dj[~wqe], nbb[~wqe])
+        np.add.at(d["covered"], dj[wqe], nbb[wqe])
+        # a loss spans a range of basic blocks, maybe over several doorbells: each gets its share
+        for k in np.flatnonzero(~wqe).tolist():
+            i = h[k]
+            lo, hi = int(items["w_u"][i]), int(items["w_u"][i]) + int(nbb[k])
+            m = np.flatnonzero((self.db["qpn"] == items["qpn"][i]) & (self.db["pi_u"] > lo) & (self.db["lo"] < hi))
+            share = np.minimum(self.db["pi_u"][m], hi) - np.maximum(self.db["lo"][m], lo)
+            d["covered"][m] += share
+            d["lost_bbs"][m] += share
         np.add.at(d["n_wqes"], dj[wqe], 1)
         np.add.at(d["wqe_bytes"], dj[wqe], items["len"][h][wqe].astype(np.int64))
         # the first WQE of each doorbell (lowest index) gives its opcode, address and key

@@ -348,20 +348,13 @@ class SynthTrace:
         start_bb = q.sq_pi + np.concatenate(([0], np.cumsum(nbb)[:-1]))
         t_wqe = t0 + np.arange(n, dtype=np.int64) * period_ns
         # doorbells of 1, 2, 3 WQEs in turn
-        groups = []
-        k = 0
-        g = 0
-        while k < n:
-            m = min(1 + g % 3, n - k)
-            groups.append((k, k + m))
-            k += m
-            g += 1
-        gi = np.zeros(n, np.int64)
-        for j, (s, e) in enumerate(groups):
-            gi[s:e] = j
-        nd = len(groups)
-        last = np.array([e - 1 for _, e in groups])
-        first = np.array([s for s, _ in groups])
+        sizes = np.tile(np.array([1, 2, 3]), n // 6 + 2)
+        cum = np.cumsum(sizes)
+        nd = int(np.searchsorted(cum, n)) + 1
+        sizes = sizes[:nd].copy()
+        sizes[-1] = n - (int(cum[nd - 2]) if nd > 1 else 0)
+        first = np.concatenate(([0], np.cumsum(sizes)[:-1]))
+        last = first + sizes - 1
         db_pi = start_bb[last] + nbb[last]
         db_prev = start_bb[first]
         t_db = t_wqe[last] + 100
@@ -378,7 +371,7 @@ class SynthTrace:
         lost_wqe = np.zeros(n, bool)
         for bi, bend in enumerate(bounds):
             t_parse = t_db[bend - 1] + parse_delay_ns
-            w = np.flatnonzero((gi >= prev) & (gi < bend))
+            w = np.arange(first[prev], last[bend - 1] + 1)
             if bi in lose_batches:
                 lost_wqe[w] = True
                 bbs = int(nbb[w].sum())
@@ -426,23 +419,23 @@ class SynthTrace:
         recs["len"][head] = nbytes[w]
         recs["addr"][head] = 0x6000_0000_0000 + q.peer.qpn * 0x100000 + (w * 64)
         recs["key"][head] = q.peer.qpn * 16 + 2
-        seg_pos = []
-        for j, (h, n_s) in enumerate(zip(head, segs[w])):
-            for s in range(n_s):
-                idx = h + 1 + s
-                recs["type"][idx] = fmt.RecType.WQE_SEG
-                recs["flags"][idx] = fmt.RecFlag.CONT
-                recs["aux"][idx] = s
-                recs["addr"][idx] = 0x7A00_0000_0000 + int(w[j]) * 0x10000 + s * 0x1000
-                recs["key"][idx] = q.qpn * 16 + 1
-                recs["len"][idx] = 8 if op[w[j]] == MLX5_ATOMIC_FA else size
-                seg_pos.append(idx)
-            if op[w[j]] == MLX5_ATOMIC_FA:
-                idx = h + 1 + n_s
-                recs["type"][idx] = fmt.RecType.WQE_ATOMIC
-                recs["flags"][idx] = fmt.RecFlag.CONT
-                recs["extra"][idx] = 1          # fetch-and-add 1
-                recs["addr"][idx] = 0
+        # the WQE_SEG records after each WQE, then WQE_ATOMIC for atomics
+        ns = segs[w]
+        owner = np.repeat(np.arange(len(w)), ns)
+        j = np.arange(int(ns.sum())) - np.repeat(np.cumsum(ns) - ns, ns)
+        rows = head[owner] + 1 + j
+        atomic_w = op[w][owner] == MLX5_ATOMIC_FA
+        recs["type"][rows] = fmt.RecType.WQE_SEG
+        recs["flags"][rows] = fmt.RecFlag.CONT
+        recs["aux"][rows] = j
+        recs["addr"][rows] = 0x7A00_0000_0000 + w[owner].astype(np.uint64) * 0x10000 + j.astype(np.uint64) * 0x1000
+        recs["key"][rows] = q.qpn * 16 + 1
+        recs["len"][rows] = np.where(atomic_w, 8, size)
+        at = np.flatnonzero(op[w] == MLX5_ATOMIC_FA)
+        arow = head[at] + 1 + ns[at]
+        recs["type"][arow] = fmt.RecType.WQE_ATOMIC
+        recs["flags"][arow] = fmt.RecFlag.CONT
+        recs["extra"][arow] = 1          # fetch-and-add 1
         st.add(np.full(total, t_parse, np.int64), recs)
         q.proc.count_records(st.tid, total)
 

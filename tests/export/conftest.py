@@ -122,3 +122,42 @@ def parse_perfetto(path) -> ParsedTrace:
         if p.HasField("track_event"):
             pt.events.append((p, p.track_event))
     return pt
+
+
+class Collect:
+    """A sink that keeps every batch it is given (for tests of the correlation itself)."""
+
+    name = "collect"
+    needs_flows = True
+
+    def __init__(self):
+        self.parts = {"host": [], "wqes": [], "doorbells": []}
+
+    def begin(self, c, counts):
+        self.c = c
+
+    def host(self, p, b):
+        self.parts["host"].append(b)
+
+    def wqes(self, p, b):
+        self.parts["wqes"].append(b)
+
+    def doorbells(self, p, b):
+        self.parts["doorbells"].append(b)
+
+    def end(self, problems):
+        return {}
+
+    def get(self, kind):
+        from sigmatrace.correlate.events import Batch
+        parts = self.parts[kind]
+        return Batch.concat(parts) if parts else None
+
+
+def collect(dirs, chunk_records=1 << 17):
+    from sigmatrace.correlate.correlator import Correlator
+    from sigmatrace.correlate.pipeline import run
+    c = Correlator(dirs, chunk_records=chunk_records)
+    s = Collect()
+    res = run(c, [s])
+    return c, s, res

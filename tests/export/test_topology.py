@@ -1,0 +1,97 @@
+"""QP topology across trace directories: by GID, by LID, devx, and what cannot be resolved."""
+import json
+
+from sigmatrace.correlate.correlator import Correlator
+from sigmatrace.trace.writer import make_dir, write_json
+
+from .conftest import build_two_nodes
+
+
+def _proc(root, host, pid, events):
+    d = make_dir(root / host)
+    write_json(d / "session.json", {"format": "sigmatrace-trace", "version": 1, "host": host})
+    p = make_dir(d / f"p{pid}")
+    write_json(p / "meta.json", {"pid": pid, "host": host})
+    with open(p / "cold.jsonl", "w") as f:
+        for i, e in enumerate(events):
+            f.write(json.dumps({"ts": 1000 + i, "tid": pid, **e}) + "\n")
+    return d
+
+
+def _port(lid, gid):
+    return {"ev": "port_info", "ctx": 1, "port": 1, "lid": lid, "gid": gid}
+
+
+def _qp(qpn, dest, dlid=0, dgid=None, type_="RC"):
+    return [{"ev": "qp_create", "ctx": 1, "qpn": qpn, "type": type_},
+            {"ev": "qp_modify", "qpn": qpn, "state": "INIT", "port": 1},
+            {"ev": "qp_modify", "qpn": qpn, "state": "RTR", "dest_qpn": dest, "dlid": dlid,
+             **({"dgid": dgid} if dgid else {})}]
+
+
+def _peers(c):
+    out = {}
+    for q in c.topology.qps:
+        p = c.procs[q.proc]
+        r = c.topology.qps[q.peer] if q.peer >= 0 else None
+        out[(p.host, q.qpn)] = (c.procs[r.proc].host, r.qpn) if r else None
+    return out
+
+
+def test_synthetic_run(two_nodes):
+    t, dirs = two_nodes
+    c = Correlator(dirs)
+    got = _peers(c)
+    assert got == {("node-a", t.qa.qpn): ("node-b", t.qb.qpn), ("node-b", t.qb.qpn): ("node-a", t.qa.qpn),
+                   ("node-a", t.ga.qpn): ("node-b", t.gb.qpn), ("node-b", t.gb.qpn): ("node-a", t.ga.qpn)}
+    gpus = {(c.procs[q.proc].host, q.qpn): q.gpu for q in c.topology.qps}
+    assert gpus[("node-a", t.ga.qpn)] == 0 and gpus[("node-b", t.gb.qpn)] == 1 and gpus[("node-a", t.qa.qpn)] == -1
+
+
+def test_same_qpn_on_three_nodes_resolved_by_gid(tmp_path):
+    # qpn 0x10 exists on b and c; a's RTR names c's GID
+    ga, gb, gc = "fe80" + "0" * 27 + "a", "fe80" + "0" * 27 + "b", "fe80" + "0" * 27 + "c"
+    dirs = [_proc(tmp_path, "a", 1, [_port(1, ga), *_qp(0x20, 0x10, dgid=gc)]),
+            _proc(tmp_path, "b", 2, [_port(2, gb), *_qp(0x10, 0x99, dgid=ga)]),
+            _proc(tmp_path, "c", 3, [_port(3, gc), *_qp(0x10, 0x20, dgid=ga)])]
+    got = _peers(Correlator(dirs))
+    assert got[("a", 0x20)] == ("c", 0x10) and got[("c", 0x10)] == ("a", 0x20) and got[("b", 0x10)] is None
+
+
+def test_resolved_by_lid_when_no_gid(tmp_path):
+    dirs = [_proc(tmp_path, "a", 1, [_port(1, None), *_qp(0x20, 0x10, dlid=3)]),
+            _proc(tmp_path, "b", 2, [_port(2, None), *_qp(0x10, 0x20, dlid=7)]),
+            _proc(tmp_path, "c", 3, [_port(3, None), *_qp(0x10, 0x20, dlid=1)])]
+    got = _peers(Correlator(dirs))
+    assert got[("a", 0x20)] == ("c", 0x10) and got[("c", 0x10)] == ("a", 0x20)
+    assert got[("b", 0x10)] is None          # it names lid 7, which no one has
+
+
+def test_ambiguous_is_left_unresolved_and_reported(tmp_path):
+    # no addresses at all and two candidates naming us back: refuse to guess
+    dirs = [_proc(tmp_path, "a", 1, _qp(0x20, 0x10)),
+            _proc(tmp_path, "b", 2, _qp(0x10, 0x20)),
+            _proc(tmp_path, "c", 3, _qp(0x10, 0x20))]
+    c = Correlator(dirs)
+    assert _peers(c)[("a", 0x20)] is None
+    assert any("matches 2 QPs" in pr.what for pr in c.problems)
+
+
+def test_mutual_pair_without_addresses(tmp_path):
+    dirs = [_proc(tmp_path, "a", 1, _qp(0x20, 0x10)), _proc(tmp_path, "b", 2, _qp(0x10, 0x20))]
+    got = _peers(Correlator(dirs))
+    assert got == {("a", 0x20): ("b", 0x10), ("b", 0x10): ("a", 0x20)}
+
+
+def test_devx_qp_through_its_pd_context(tmp_path):
+    ga, gb = "fe80" + "0" * 27 + "a", "fe80" + "0" * 27 + "b"
+    devx = lambda qpn, rq, rgid, gpu: [  # noqa: E731
+        {"ev": "pd_alloc", "ctx": 1, "pd": 9},
+        {"ev": "devx_qp_create", "obj": 77, "qpn": qpn, "st": "RC", "pd": 9, "gpu": gpu, "sq_slots": 256},
+        {"ev": "devx_qp_modify", "obj": 77, "op": "INIT2RTR", "remote_qpn": rq, "rgid": rgid}]   # no qpn: by obj
+    dirs = [_proc(tmp_path, "a", 1, [_port(1, ga), *devx(0x30, 0x40, gb, 2)]),
+            _proc(tmp_path, "b", 2, [_port(2, gb), *devx(0x40, 0x30, ga, 5)])]
+    c = Correlator(dirs)
+    assert _peers(c) == {("a", 0x30): ("b", 0x40), ("b", 0x40): ("a", 0x30)}
+    assert sorted((q.gpu, q.sq_slots, q.state, q.origin) for q in c.topology.qps) == \
+        [(2, 256, "RTR", "devx"), (5, 256, "RTR", "devx")]
