@@ -1,0 +1,98 @@
+"""`sigmatrace simnic`: run programs on the emulated ConnectX NIC.
+
+    sigmatrace simnic env [--devices N] [--fabric NAME]     print the environment (shell syntax)
+    sigmatrace simnic run [--devices N] [--fabric NAME] -- PROGRAM ARGS...
+    sigmatrace simnic status [--fabric NAME]                ports on a fabric, left-overs
+    sigmatrace simnic clean --fabric NAME                   remove what dead processes left
+"""
+from __future__ import annotations
+
+import os
+import shlex
+import signal
+import subprocess
+import sys
+from typing import List, Optional
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from ..errors import TargetError
+
+_DEVICES = typer.Option(1, "--devices", "-n", min=0, max=8, help="Number of emulated HCAs (mlx5_0, ...).")
+_FABRIC = typer.Option(None, "--fabric", "-f",
+                       help="Fabric name: processes on one fabric can connect (default: 'default').")
+
+
+def register(app: typer.Typer) -> None:
+    sub = typer.Typer(
+        name="simnic",
+        help="Run programs on the emulated ConnectX NIC (no RDMA hardware needed).",
+        no_args_is_help=True,
+    )
+
+    @sub.command("env")
+    def env_cmd(devices: int = _DEVICES, fabric: Optional[str] = _FABRIC) -> None:
+        """Print the environment assignments (shell syntax): eval "$(sigmatrace simnic env)"."""
+        from ..simnic import environment
+
+        for key, value in environment(devices=devices, fabric=fabric).items():
+            print(f"export {key}={shlex.quote(value)}")
+
+    @sub.command("run", context_settings={"allow_interspersed_args": False})
+    def run_cmd(
+        program: List[str] = typer.Argument(..., metavar="-- PROGRAM [ARGS]...",
+                                            help="The program to run, after --."),
+        devices: int = _DEVICES,
+        fabric: Optional[str] = _FABRIC,
+    ) -> None:
+        """Run PROGRAM with the emulated NIC; exits with its status."""
+        from ..simnic import cleanup, environment
+
+        env = {**os.environ, **environment(devices=devices, fabric=fabric)}
+        try:
+            child = subprocess.Popen(program, env=env, close_fds=False)
+        except FileNotFoundError:
+            raise TargetError(f"{program[0]}: no such program", hint="check the name and PATH")
+        except PermissionError:
+            raise TargetError(f"{program[0]}: not executable")
+        # Ctrl-C reaches the child (same process group); we wait for it to finish.
+        old = signal.signal(signal.SIGINT, signal.SIG_IGN)
+        try:
+            rc = child.wait()
+        finally:
+            signal.signal(signal.SIGINT, old)
+        cleanup(env["SIMNIC_FABRIC"])	# only what a crashed program left behind
+        raise typer.Exit(rc if rc >= 0 else 128 - rc)
+
+    @sub.command("status")
+    def status_cmd(fabric: Optional[str] = _FABRIC) -> None:
+        """Show the ports registered on a fabric and any shared-memory objects left over."""
+        from ..simnic import fabric_ports, objects
+
+        name = fabric or "default"
+        console = Console()
+        ports = fabric_ports(name)
+        table = Table(title=f"fabric {name}")
+        for col in ("LID", "device", "pid", "GID", "state"):
+            table.add_column(col)
+        for p in ports:
+            table.add_row(f"0x{p.lid:04x}", f"mlx5_{p.dev}", str(p.pid), p.gid,
+                          "alive" if p.alive else "[red]dead (left over)[/]")
+        console.print(table if ports else f"fabric {name}: no ports")
+        for obj in objects():
+            console.print(f"  {obj}")
+
+    @sub.command("clean")
+    def clean_cmd(fabric: str = typer.Option(..., "--fabric", "-f", help="Fabric to clean.")) -> None:
+        """Remove the shared-memory objects dead processes left on a fabric."""
+        from ..simnic import cleanup
+
+        removed = cleanup(fabric)
+        for p in removed:
+            print(f"removed {p}")
+        if not removed:
+            print(f"fabric {fabric}: nothing to remove")
+
+    app.add_typer(sub)

@@ -1,0 +1,23 @@
+"""Driving the emulated ConnectX NIC ("simnic") from Python.
+
+A program runs on the emulated NIC when it finds our libibverbs.so.1 / libmlx5.so.1 first:
+
+    from sigmatrace.simnic import environment
+    env = {**os.environ, **environment(devices=2, fabric="t1")}
+    subprocess.run(["ibv_devinfo"], env=env)
+
+Processes that use the same fabric name can connect their queue pairs; distinct names never
+meet, which keeps concurrent tests apart.  See docs/simnic.md.
+"""
+from .env import environment, library_dir
+from .fabric import FabricPort, cleanup, fabric_ports, objects, unique_fabric
+
+__all__ = [
+    "FabricPort",
+    "cleanup",
+    "environment",
+    "fabric_ports",
+    "library_dir",
+    "objects",
+    "unique_fabric",
+]

@@ -1,0 +1,103 @@
+"""Shared helpers for the emulated-NIC tests: a private fabric per test, programs run in their
+own process groups with timeouts, client/server pairs on loopback TCP."""
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from sigmatrace import paths
+from sigmatrace.simnic import cleanup, environment, objects, unique_fabric
+
+BIN = paths.LIB_DIR / "bin"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@dataclass
+class Result:
+    rc: int
+    out: str
+    err: str
+
+
+def _kill(p: subprocess.Popen) -> None:
+    try:
+        os.killpg(p.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    p.wait()
+
+
+def run(argv, env, timeout=60, check=False) -> Result:
+    """Runs ARGV to completion (killed with its process group after TIMEOUT)."""
+    p = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                         text=True, start_new_session=True)
+    try:
+        out, err = p.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        _kill(p)
+        out, err = p.communicate()
+        pytest.fail(f"{argv[0]} timed out after {timeout}s\nstdout:\n{out}\nstderr:\n{err}")
+    r = Result(p.returncode, out, err)
+    if check and r.rc != 0:
+        pytest.fail(f"{' '.join(map(str, argv))} exited {r.rc}\nstdout:\n{out}\nstderr:\n{err}")
+    return r
+
+
+def run_pair(server_argv, client_argv, env, timeout=120, server_env=None):
+    """Starts the server, then runs the client until it connects (the server may not be listening
+    yet: the client then fails at once and is retried).  Returns (server, client) results."""
+    srv = subprocess.Popen(server_argv, env=server_env or env, stdout=subprocess.PIPE,
+                           stderr=subprocess.PIPE, text=True, start_new_session=True)
+    deadline = time.monotonic() + timeout
+    try:
+        while True:
+            cli = run(client_argv, env, timeout=max(1, deadline - time.monotonic()))
+            if cli.rc == 0 or "Couldn't connect" not in cli.err or time.monotonic() > deadline:
+                break
+            if srv.poll() is not None:
+                break
+            time.sleep(0.1)
+        out, err = srv.communicate(timeout=max(1, deadline - time.monotonic()))
+    except subprocess.TimeoutExpired:
+        _kill(srv)
+        out, err = srv.communicate()
+        pytest.fail(f"server timed out\nstdout:\n{out}\nstderr:\n{err}")
+    finally:
+        if srv.poll() is None:
+            _kill(srv)
+    return Result(srv.returncode, out, err), cli
+
+
+@pytest.fixture
+def fabric():
+    """A fabric name of this test only; afterwards nothing of it may be left in /dev/shm."""
+    name = unique_fabric("pytest")
+    yield name
+    left = objects(name)
+    cleanup(name)
+    assert not left, f"shared-memory objects left behind: {left}"
+
+
+@pytest.fixture
+def nic_env(fabric):
+    """os.environ plus the emulated NIC (one device) on this test's fabric."""
+    return {**os.environ, **environment(devices=1, fabric=fabric)}
+
+
+def example(name: str) -> Path:
+    p = BIN / name
+    if not p.exists():
+        pytest.fail(f"{p} is not built (python native/build.py)")
+    return p
