@@ -81,7 +81,7 @@ class Correlator:
             task.done()
             fc = FlowCounts()
             n = len(self.topology.qps)
-            for name in ("send_consumer", "signaled", "recv_comp", "send_comp"):
+            for name in ("send_consumer", "signaled", "send_wr", "recv_comp", "send_comp"):
                 fc.categories[name] = np.zeros(n, np.int64)
             for p in self.procs:
                 owner: dict[tuple[str, int], int] = {}
@@ -92,6 +92,9 @@ class Correlator:
                             fc.categories[name][ep] += k
                             if owner.setdefault((name, qpn), s.index) != s.index:
                                 fc.needs_order.add(p.index)
+            # on sq_sig_all QPs every send WR is signaled
+            sig_all = self.topology.sig_all
+            fc.categories["signaled"] = np.where(sig_all, fc.categories["send_wr"], fc.categories["signaled"])
             self._counts = fc
         return self._counts
 

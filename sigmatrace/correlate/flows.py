@@ -40,7 +40,12 @@ class FlowMatcher:
             o = O.ordinals(ep[m], self.state["send_consumer"])
             ok = (peer[m] >= 0) & reliable[m] & (o < st.count("recv_comp", peer[m]))
             out[m[ok]] = O.flow_id(ep[m[ok]], O.FLOW_SEND_RECV, o[ok])
-        m = np.flatnonzero(cats["signaled"] & known)
+        sig = cats["signaled"]
+        if len(self.topo.sig_all) and self.topo.sig_all.any():
+            all_ = np.zeros(n, bool)
+            all_[known] = self.topo.sig_all[ep[known]]
+            sig = sig | (cats["send_wr"] & all_)
+        m = np.flatnonzero(sig & known)
         if len(m):
             o = O.ordinals(ep[m], self.state["signaled"])
             ok = o < st.count("send_comp", ep[m])

@@ -42,7 +42,10 @@ def categories(b) -> dict[str, np.ndarray]:
     recv_comp = comp & np.isin(op, WC_RECV_OPS)
     return {
         "send_consumer": (send_wr & np.isin(op, WR_CONSUMES_RECV)) | (wqe & np.isin(op, MLX5_CONSUMES_RECV)),
+        # a QP made with sq_sig_all signals every WR, flagged or not: the matcher uses "send_wr"
+        # there (see FlowCounts)
         "signaled": send_wr & ((b["flags"] & fmt.RecFlag.SIGNALED) != 0),
+        "send_wr": send_wr,
         "recv_comp": recv_comp,
         "send_comp": comp & ~recv_comp,
     }
@@ -59,8 +62,9 @@ def volume_rows(b) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.n
     fam = np.where(tt == RT.WQE, FAMILY_MLX5, np.where(tt == RT.CXI_CMD, FAMILY_CXI, FAMILY_VERBS))
     # POST_SEND summarises a call: aux32 WRs (the first WR's opcode stands for all of them)
     ops = np.where(tt == RT.POST_SEND, np.maximum(b["aux32"][idx], 1), 1).astype(np.int64)
-    # a failed post moved nothing
-    failed = (b["flags"][idx] & fmt.RecFlag.ERR) != 0
+    # a refused work request moved nothing; a failed POST_SEND's aux32 and len already cover only
+    # the WRs before bad_wr
+    failed = ((b["flags"][idx] & fmt.RecFlag.ERR) != 0) & (tt != RT.POST_SEND)
     nbytes = np.where(failed, 0, b["len"][idx]).astype(np.int64)
     ops = np.where(failed, 0, ops)
     return idx, fam, b["op"][idx].astype(np.int64), ops, nbytes

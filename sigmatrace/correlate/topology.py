@@ -43,6 +43,7 @@ class QpInfo:
     lid: int | None = None          # our own port's address
     gid: str | None = None
     sq_slots: int | None = None
+    sig_all: bool = False           # made with sq_sig_all: every send WR completes
     peer: int = -1                  # index of the peer endpoint, -1 if unknown
     events: list = field(default_factory=list)
 
@@ -111,6 +112,7 @@ class Topology:
                     continue
                 q.created_ns = int(t)
                 q.type = str(e.get("st") if devx else e.get("type") or "RC")
+                q.sig_all = bool(e.get("sq_sig_all"))
                 q.ctx = _int(e.get("ctx"))
                 if q.ctx is None and _int(e.get("pd")) in pd_ctx:
                     q.ctx = pd_ctx[_int(e.get("pd"))]
@@ -225,6 +227,7 @@ class Topology:
         self.qpn_of = np.array([q.qpn for q in self.qps], dtype=np.int64).reshape(n)
         self.gpu_of = np.array([q.gpu for q in self.qps], dtype=np.int64).reshape(n)
         self.reliable = np.array([q.type in RELIABLE for q in self.qps], dtype=bool).reshape(n)
+        self.sig_all = np.array([q.sig_all for q in self.qps], dtype=bool).reshape(n)
 
     # ---- lookups -----------------------------------------------------------------------------
 

@@ -95,12 +95,12 @@ class TraceSet:
         self.dirs = [TraceDir(p) for p in paths]
         self._problems: dict[tuple, Problem] = {}
         self.procs: list[Proc] = []
-        seen: dict[tuple[str, int], Path] = {}
+        seen: dict[tuple[str, str], Path] = {}
         for td in self.dirs:
             for pt in td.processes:
-                key = (pt.host, pt.pid)
+                key = (pt.host, pt.path.name)          # p<pid>, or p<pid>.<n> for a later exec image
                 if key in seen:
-                    self.add_problem(Problem(pt.path, None, f"process {pt.pid} on {pt.host} is also in "
+                    self.add_problem(Problem(pt.path, None, f"process {pt.path.name} on {pt.host} is also in "
                                                             f"{seen[key]}; this copy skipped"))
                     continue
                 seen[key] = pt.path

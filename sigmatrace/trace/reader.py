@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterator
@@ -236,7 +237,7 @@ class TraceDir:
         self.problems: list[Problem] = []
         self.session = _read_json(self.path / "session.json", self.problems)
         procs = sorted(p for p in self.path.glob("p[0-9]*") if p.is_dir())
-        nested = sorted(p for p in self.path.glob("nodes/*/p[0-9]*") if p.is_dir() and p.name[1:].isdigit())
+        nested = sorted(p for p in self.path.glob("nodes/*/p[0-9]*") if p.is_dir() and _PROC_DIR.match(p.name))
         if self.session is None and not procs and not nested:
             raise TraceFormatError(f"{self.path}: not a sigmatrace trace (no session.json and no p<pid>/ directories)")
         host = (self.session or {}).get("host")
@@ -248,6 +249,9 @@ class TraceDir:
         for p in self.processes:
             out.extend(p.problems)
         return out
+
+
+_PROC_DIR = re.compile(r"p\d+(\.\d+)?$")
 
 
 def _read_json(path: Path, problems: list[Problem]) -> dict | None:

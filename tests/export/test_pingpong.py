@@ -1,0 +1,180 @@
+"""A real run: Debian's ibv_rc_pingpong, both sides each under `sigmatrace spawn --out ...` on the
+emulated NIC, exported and read back: exactly the expected events and flows in the Perfetto
+file, SQL counts that match the run, a 2x2 matrix that sums to the bytes the program moved."""
+import collections
+import json
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+import pytest
+
+from .conftest import parse_perfetto
+
+PINGPONG = shutil.which("ibv_rc_pingpong")
+RX_DEPTH = 500                # ibv_rc_pingpong's default receive queue depth
+ITERS, SIZE = 700, 2048       # more iterations than RX_DEPTH: the receive queue is refilled
+
+pytestmark = pytest.mark.skipif(PINGPONG is None, reason="ibverbs-utils (ibv_rc_pingpong) is not installed")
+
+
+def recv_wrs_posted(iters: int, depth: int = RX_DEPTH) -> int:
+    """Receive WRs rc_pingpong.c posts: `depth` at start, then a refill to `depth` whenever only
+    one is left."""
+    routs = total = depth
+    for _ in range(iters):
+        routs -= 1
+        if routs <= 1:
+            total += depth - routs
+            routs = depth
+    return total
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _sigmatrace(*args):
+    return [sys.executable, "-m", "sigmatrace.cli.main", *map(str, args)]
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory):
+    """Both sides traced in full mode; the traces and what the program printed."""
+    from sigmatrace.simnic import cleanup, environment, unique_fabric
+    tmp = tmp_path_factory.mktemp("pingpong")
+    fabric = unique_fabric()
+    env = {**os.environ, **environment(devices=1, fabric=fabric)}
+    port = _free_port()
+    args = [PINGPONG, "-n", str(ITERS), "-s", str(SIZE), "-p", str(port)]
+    server = subprocess.Popen(_sigmatrace("spawn", "-q", "--mode", "full", "--out", tmp / "server", "--", *args),
+                              env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                              start_new_session=True)
+    try:
+        time.sleep(1.0)
+        client = subprocess.run(_sigmatrace("spawn", "-q", "--mode", "full", "--out", tmp / "client", "--",
+                                            *args, "localhost"), env=env, capture_output=True, text=True,
+                                timeout=180, start_new_session=True)
+        s_out, s_err = server.communicate(timeout=60)
+    finally:
+        if server.poll() is None:
+            os.killpg(server.pid, signal.SIGKILL)
+            server.wait()
+        cleanup(fabric)
+    assert client.returncode == 0, client.stderr
+    assert server.returncode == 0, s_err
+    return {"dir": tmp, "server": tmp / "server", "client": tmp / "client", "out": {"server": s_out, "client": client.stdout}}
+
+
+def _addresses(out: str) -> tuple[int, int, int, int]:
+    """(local LID, local QPN, remote LID, remote QPN) as the program printed them."""
+    loc = re.search(r"local address:\s+LID 0x([0-9a-f]+), QPN 0x([0-9a-f]+)", out)
+    rem = re.search(r"remote address:\s+LID 0x([0-9a-f]+), QPN 0x([0-9a-f]+)", out)
+    return int(loc[1], 16), int(loc[2], 16), int(rem[1], 16), int(rem[2], 16)
+
+
+def _moved(out: str) -> int:
+    """The bytes the program says it moved (both directions)."""
+    return int(re.search(r"(\d+) bytes in [\d.]+ seconds", out)[1])
+
+
+@pytest.fixture(scope="module")
+def exported(run):
+    d = run["dir"]
+    r = subprocess.run(_sigmatrace("export", run["server"], run["client"], "--perfetto", d / "pp.pftrace",
+                                   "--parquet", d / "tables", "--json", d / "pp.json"),
+                       capture_output=True, text=True, timeout=180)
+    assert r.returncode == 0, r.stderr
+    assert "skipped" not in r.stderr
+    return parse_perfetto(d / "pp.pftrace")
+
+
+def test_perfetto_events_and_flows(run, exported):
+    pt = exported
+    s_lid, s_qpn, _, _ = _addresses(run["out"]["server"])
+    c_lid, c_qpn, _, _ = _addresses(run["out"]["client"])
+    by_proc = collections.defaultdict(collections.Counter)
+    qpns = collections.defaultdict(set)
+    for p, te in pt.events:
+        if te.name_iid:
+            proc = pt.process_of(te.track_uuid)
+            by_proc[proc][pt.name(te)] += 1
+            qpns[proc].add(pt.args(te)["qpn"])
+    assert len(by_proc) == 2
+    for proc, counts in by_proc.items():
+        # one thread per side, host calls only: no doorbells or WQEs (verbs posting, doorbells off)
+        assert counts == {"ibv_post_send": ITERS, "ibv_post_recv": recv_wrs_posted(ITERS), "ibv_poll_cq": 2 * ITERS}
+    assert sorted(q for s in qpns.values() for q in s) == sorted([s_qpn, c_qpn])
+    assert sum(1 for _, te in pt.events if pt.name(te) == "doorbell") == 0
+    # flows: every send to the peer's receive completion, every signaled send to its completion
+    src, dst = {}, {}
+    for p, te in pt.events:
+        for f in te.flow_ids:
+            src[f] = (p, te)
+        for f in te.terminating_flow_ids:
+            dst[f] = (p, te)
+    assert set(src) == set(dst) and len(src) == 4 * ITERS
+    remote = local = 0
+    for f, (ps, s) in src.items():
+        pd, d = dst[f]
+        sa, da = pt.args(s), pt.args(d)
+        assert pt.name(s) == "ibv_post_send" and sa["op"] == "SEND" and sa["bytes"] == SIZE
+        assert pd.timestamp > ps.timestamp          # both processes on one timeline
+        if da["opcode"] == "RECV":
+            assert pt.process_of(d.track_uuid) != pt.process_of(s.track_uuid)
+            assert da["bytes"] == SIZE and da["status"] == "SUCCESS" and {sa["qpn"], da["qpn"]} == {s_qpn, c_qpn}
+            remote += 1
+        else:
+            assert da["opcode"] == "SEND" and da["qpn"] == sa["qpn"] and da["wr_id"] == sa["wr_id"]
+            local += 1
+    assert remote == local == 2 * ITERS
+    # the QP tracks are named after the program's own numbers, and the processes after it
+    names = sorted(td.process.process_name for td in pt.tracks.values() if td.HasField("process"))
+    assert all(n.endswith("ibv_rc_pingpong") for n in names)
+
+
+def test_sql_counts_match_the_run(run, exported):
+    import duckdb
+    d = run["dir"] / "tables"
+    con = duckdb.connect()
+    q = lambda sql: con.sql(sql.replace("T(", f"read_parquet('{d}/").replace(".p)", ".parquet')")).fetchall()  # noqa: E731
+    posted = recv_wrs_posted(ITERS)
+    assert sorted(q("SELECT kind, op, status, count(*), sum(bytes) FROM T(ops.p) GROUP BY ALL")) == sorted([
+        ("send_wr", "SEND", None, 2 * ITERS, 2 * ITERS * SIZE),
+        ("recv_wr", "RECV", None, 2 * posted, 2 * posted * SIZE),
+        ("completion", "RECV", "SUCCESS", 2 * ITERS, 2 * ITERS * SIZE),
+        ("completion", "SEND", "SUCCESS", 2 * ITERS, 0)])
+    s_lid, s_qpn, s_rlid, s_rqpn = _addresses(run["out"]["server"])
+    c_lid, c_qpn, c_rlid, c_rqpn = _addresses(run["out"]["client"])
+    assert sorted(q("SELECT qpn, lid, dest_qpn, dlid, peer_qpn, state FROM T(qps.p)")) == sorted([
+        (s_qpn, s_lid, s_rqpn, s_rlid, c_qpn, "RTS"), (c_qpn, c_lid, c_rqpn, c_rlid, s_qpn, "RTS")])
+    calls = dict(q("SELECT fn, count(*) FROM T(calls.p) GROUP BY fn"))
+    for fn in ("ibv_open_device", "ibv_create_qp", "ibv_reg_mr", "ibv_destroy_qp", "ibv_close_device"):
+        assert calls[fn] == 2
+    assert calls["ibv_modify_qp"] == 6
+    assert q("SELECT count(*), sum(records_dropped) FROM T(processes.p)") == [(2, 0)]
+    # the sends and their peers' receives pair up one to one in time order
+    assert q("SELECT count(*) FROM T(ops.p) WHERE kind = 'send_wr' AND peer_qpn IS NOT NULL") == [(2 * ITERS,)]
+
+
+def test_matrix_sums_to_the_bytes_moved(run, exported):
+    d = run["dir"]
+    r = subprocess.run(_sigmatrace("matrix", run["server"], run["client"], "--by", "process", "--json", d / "m.json"),
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    m = json.loads((d / "m.json").read_text())
+    moved = _moved(run["out"]["client"])
+    assert moved == _moved(run["out"]["server"]) == 2 * ITERS * SIZE
+    assert len(m["labels"]) == 2 and m["unresolved"] == []
+    assert m["bytes"][0][0] == m["bytes"][1][1] == 0
+    assert m["bytes"][0][1] == m["bytes"][1][0] == ITERS * SIZE
+    assert sum(map(sum, m["bytes"])) == moved and sum(map(sum, m["ops"])) == 2 * ITERS
+    agg = json.loads((d / "pp.json").read_text())
+    assert agg["matrices"]["process"]["bytes"] == m["bytes"]
