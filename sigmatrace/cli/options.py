@@ -25,6 +25,18 @@ RingOpt = Annotated[int, typer.Option(
     "--ring-records", metavar="N", hidden=True,
     help="Records buffered per recording thread (a power of two).")]
 DebugOpt = Annotated[bool, typer.Option("--debug", help="Show full tracebacks on errors.")]
+# GPU doorbells (the doorbell hijack; see docs/doorbells.md)
+DoorbellsOpt = Annotated[str, typer.Option(
+    "--doorbells", metavar="wqe|forward",
+    help="GPU doorbells: wqe (default) forwards each doorbell and recovers the WQEs it announces; "
+         "forward records doorbell timing only.")]
+NoDoorbellsOpt = Annotated[bool, typer.Option(
+    "--no-doorbells", help="Do not substitute GPU doorbell pages at all.")]
+RepeaterCpusOpt = Annotated[Optional[str], typer.Option(
+    "--repeater-cpus", metavar="LIST", help="Pin doorbell repeater threads to these CPUs (e.g. 2,3 or 8-11).")]
+WqeBatchOpt = Annotated[int, typer.Option(
+    "--wqe-batch", metavar="N", min=1,
+    help="Parse recovered WQEs once N send-queue slots wait (at most half of each ring).")]
 
 
 def capture_options(mode: Mode, providers: str | None, out: Path | None, ring_records: int | None = None,
@@ -39,3 +51,13 @@ def capture_options(mode: Mode, providers: str | None, out: Path | None, ring_re
     if ring_records:
         opts.ring_records = ring_records
     return opts, warning
+
+
+def doorbell_options(opts: CaptureOptions, doorbells: str = "wqe", no_doorbells: bool = False,
+                     repeater_cpus: str | None = None, wqe_batch: int | None = None) -> CaptureOptions:
+    """Apply --doorbells / --no-doorbells / --repeater-cpus / --wqe-batch to `opts`."""
+    from ..doorbells import doorbell_settings
+
+    opts.doorbells, extra = doorbell_settings(doorbells, no_doorbells, repeater_cpus, wqe_batch)
+    opts.runtime.update(extra)
+    return opts

@@ -6,7 +6,8 @@ from typing import List, Optional
 import typer
 from typing_extensions import Annotated
 
-from .options import ModeOpt, OutOpt, ProvidersOpt, RingOpt, capture_options
+from .options import (DoorbellsOpt, ModeOpt, NoDoorbellsOpt, OutOpt, ProvidersOpt, RepeaterCpusOpt, RingOpt,
+                      WqeBatchOpt, capture_options, doorbell_options)
 from ..capture.config import DEFAULT_RING_RECORDS, Mode
 
 HELP = """Start PROGRAM under the tracer and record its RDMA activity.
@@ -29,6 +30,10 @@ def register(app: typer.Typer) -> None:
         no_children: Annotated[bool, typer.Option("--no-children", help="Do not trace programs the target starts.")] = False,
         duration: Annotated[Optional[float], typer.Option("--duration", "-d", metavar="S", help="Stop tracing after S seconds (the program runs on).")] = None,
         ring_records: RingOpt = DEFAULT_RING_RECORDS,
+        doorbells: DoorbellsOpt = "wqe",
+        no_doorbells: NoDoorbellsOpt = False,
+        repeater_cpus: RepeaterCpusOpt = None,
+        wqe_batch: WqeBatchOpt = 128,
         quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress lines, no summary.")] = False,
         verbose: Annotated[bool, typer.Option("--verbose", "-v", help="More progress detail.")] = False,
     ) -> None:
@@ -38,6 +43,7 @@ def register(app: typer.Typer) -> None:
         if program and program[0] == "--":
             program = program[1:]
         opts, warning = capture_options(mode, providers, out, ring_records, follow_children=not no_children)
+        doorbell_options(opts, doorbells, no_doorbells, repeater_cpus, wqe_batch)
         ui = CaptureUI() if quiet else RichUI(verbose=verbose)
         if warning:
             ui.warning(warning)

@@ -1,0 +1,193 @@
+#!/usr/bin/env python3
+"""What the GPU doorbell hijack costs, side by side in one run.
+
+For the GPU-initiated example (examples/gda) on the emulated NIC, with no tracer, with
+`--doorbells forward` and with `--doorbells wqe`:
+  - put+completion latency (one 8-byte RDMA WRITE at a time, rung and waited for): p50 / p99;
+  - message rate of one submitting thread ringing one doorbell per 8-byte write, and whether
+    every WQE was accounted in the trace at that rate;
+  - ping-pong round trips between two submitting threads (each doorbell through a repeater);
+  - the repeater's back-off: latency after idle gaps, and the repeater thread's CPU time.
+Configurations alternate within each round so drift hits them alike; figures are medians over
+rounds.  Targets (issue 4): forward p50 within 3 % of no tracer, wqe within 10 %, every WQE
+accounted at 1.5 M doorbells/s or more.
+
+    python bench/doorbell_bench.py [--backend auto|gpu|cpu] [--rounds 3] [--json FILE]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from sigmatrace import gda  # noqa: E402
+
+CONFIGS = ("none", "forward", "wqe")
+
+
+def run_example(backend: str, cfg: str, ex_args: list[str], workdir: Path, tag: str, timeout: float) -> dict:
+    """One run of the example; its JSON summary, plus the trace's report for traced runs."""
+    summary = workdir / f"{tag}.json"
+    argv = [str(gda.binary(backend))] + ex_args + ["--json", str(summary), "--quiet"]
+    env = gda.environment(backend)
+    trace = workdir / f"{tag}.trace"
+    if cfg != "none":
+        argv = [sys.executable, "-m", "sigmatrace.cli.main", "spawn", "--quiet", "--doorbells", cfg,
+                "--out", str(trace), "--"] + argv
+        env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
+    t0 = time.monotonic()
+    p = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=timeout)
+    wall = time.monotonic() - t0
+    if p.returncode != 0 or not summary.exists():
+        raise RuntimeError(f"{tag}: exit {p.returncode}\n{p.stdout[-2000:]}\n{p.stderr[-4000:]}")
+    out = json.loads(summary.read_text())
+    out["wall_s"] = wall
+    if cfg != "none":
+        rep = subprocess.run([sys.executable, "-m", "sigmatrace.cli.main", "report", "--json", str(trace)],
+                             env=env, capture_output=True, text=True, timeout=300)
+        out["report"] = json.loads(rep.stdout) if rep.returncode == 0 else {"error": rep.stderr[-2000:]}
+        out["repeater_stats"] = repeater_stats(trace)
+    return out
+
+
+def repeater_stats(trace: Path) -> list[dict]:
+    stats = []
+    for cold in trace.glob("p*/cold.jsonl"):
+        for line in cold.read_text().splitlines():
+            try:
+                ev = json.loads(line)
+            except ValueError:
+                continue
+            if ev.get("ev") == "repeater_stats":
+                stats.append(ev)
+    return stats
+
+
+def pct(x: float, base: float) -> str:
+    return f"{100.0 * (x - base) / base:+.1f}%" if base else "n/a"
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--backend", default="auto", choices=("auto", "gpu", "cpu"))
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--lat-iters", type=int, default=5000)
+    ap.add_argument("--warmup", type=int, default=1000)
+    ap.add_argument("--rate-iters", type=int, default=2_000_000)
+    ap.add_argument("--pp-iters", type=int, default=2000)
+    ap.add_argument("--gaps-us", default="0,20,200,2000", help="idle gaps for the back-off study")
+    ap.add_argument("--timeout", type=float, default=300)
+    ap.add_argument("--json", type=Path, help="also write every figure here")
+    a = ap.parse_args()
+    backend = gda.backend_auto() if a.backend == "auto" else a.backend
+    from rich.console import Console
+    from rich.table import Table
+
+    con = Console()
+    con.print(f"[bold]doorbell benchmark[/]: backend {backend} ({'CUDA kernels' if backend == 'gpu' else 'CPU stand-in'}), "
+              f"{a.rounds} rounds, emulated NIC")
+    workloads = {
+        "latency": ["--mode", "latency", "-n", str(a.lat_iters), "-w", str(a.warmup), "--op", "write"],
+        "rate": ["--mode", "rate", "-n", str(a.rate_iters), "--qps", "1", "--batch", "1", "--inline", "--slots", "256"],
+        "pingpong": ["--mode", "pingpong", "-n", str(a.pp_iters), "-w", "200"],
+    }
+    results: dict = {"backend": backend, "rounds": [], "gaps": []}
+    with tempfile.TemporaryDirectory(prefix="dbbench-") as tmp:
+        work = Path(tmp)
+        for r in range(a.rounds):
+            row = {}
+            for wl, args in workloads.items():
+                for cfg in CONFIGS:
+                    tag = f"r{r}-{wl}-{cfg}"
+                    con.print(f"  round {r + 1}/{a.rounds}: {wl:8s} {cfg}", highlight=False)
+                    row[(wl, cfg)] = run_example(backend, cfg, args, work, tag, a.timeout)
+            results["rounds"].append({f"{k[0]}/{k[1]}": v for k, v in row.items()})
+        for gap in [float(g) for g in a.gaps_us.split(",")]:
+            args = ["--mode", "latency", "-n", str(max(200, a.lat_iters // 10)), "-w", "50", "--op", "write",
+                    "--gap-us", str(gap)]
+            for cfg in ("none", "forward"):
+                res = run_example(backend, cfg, args, work, f"gap{gap}-{cfg}", a.timeout)
+                results["gaps"].append({"gap_us": gap, "config": cfg, "p50": res["latency_ns"]["p50"],
+                                        "p99": res["latency_ns"]["p99"], "repeater": res.get("repeater_stats")})
+
+    def med(wl: str, cfg: str, f) -> float:
+        return statistics.median(f(rd[f"{wl}/{cfg}"]) for rd in results["rounds"])
+
+    summary: dict = {}
+    t = Table(title=f"GPU doorbell hijack, {backend} backend (medians of {a.rounds} rounds)")
+    for col in ("measure", "no tracer", "--doorbells forward", "--doorbells wqe", "forward vs none", "wqe vs none"):
+        t.add_column(col, justify="right" if col != "measure" else "left")
+    rows = [
+        ("put+completion p50 (us)", "latency", lambda d: d["latency_ns"]["p50"] / 1000),
+        ("put+completion p99 (us)", "latency", lambda d: d["latency_ns"]["p99"] / 1000),
+        ("ping-pong round trip p50 (us)", "pingpong", lambda d: d["latency_ns"]["p50"] / 1000),
+        ("ping-pong round trip p99 (us)", "pingpong", lambda d: d["latency_ns"]["p99"] / 1000),
+        ("message rate (M WQEs/s)", "rate", lambda d: d["wqes_per_s"] / 1e6),
+        ("doorbells/s from one thread (M)", "rate", lambda d: d["doorbells_per_s"] / 1e6),
+    ]
+    for label, wl, f in rows:
+        vals = [med(wl, c, f) for c in CONFIGS]
+        summary[label] = dict(zip(CONFIGS, vals))
+        t.add_row(label, *(f"{v:.3f}" for v in vals), pct(vals[1], vals[0]), pct(vals[2], vals[0]))
+    con.print(t)
+
+    # accounting at full rate: every WQE of the rate runs in the trace, none lost
+    acct = []
+    for rd in results["rounds"]:
+        d = rd["rate/wqe"]
+        posted = sum(q["wqes"] for q in d["qps"])
+        rep = d.get("report", {})
+        acct.append({"posted": posted, "doorbells_rung": sum(q["doorbells"] for q in d["qps"]),
+                     "doorbells_seen": rep.get("doorbells"), "wqes": rep.get("wqes"), "losses": rep.get("wqe_losses"),
+                     "doorbells_per_s": d["doorbells_per_s"]})
+    results["accounting"] = acct
+    t2 = Table(title="WQE accounting at full rate (--doorbells wqe, one thread, one doorbell per WQE)")
+    for col in ("round", "doorbells/s (M)", "rung", "seen (coalesced)", "WQEs posted", "WQEs in trace", "lost"):
+        t2.add_column(col, justify="right")
+    for i, x in enumerate(acct):
+        t2.add_row(str(i + 1), f"{x['doorbells_per_s'] / 1e6:.2f}", str(x["doorbells_rung"]), str(x["doorbells_seen"]),
+                   str(x["posted"]), str(x["wqes"]), str(x["losses"]))
+    con.print(t2)
+
+    t3 = Table(title="Repeater back-off: latency after an idle gap (forward) and the repeater's CPU time")
+    for col in ("idle gap (us)", "p50 none (us)", "p50 forward (us)", "p99 forward (us)", "repeater CPU / wall"):
+        t3.add_column(col, justify="right")
+    gaps = sorted({g["gap_us"] for g in results["gaps"]})
+    for g in gaps:
+        none = next(x for x in results["gaps"] if x["gap_us"] == g and x["config"] == "none")
+        fwd = next(x for x in results["gaps"] if x["gap_us"] == g and x["config"] == "forward")
+        st = fwd["repeater"] or []
+        share = (sum(s["cpu_ns"] for s in st) / max(1, sum(s["wall_ns"] for s in st))) if st else float("nan")
+        t3.add_row(f"{g:g}", f"{none['p50'] / 1000:.2f}", f"{fwd['p50'] / 1000:.2f}", f"{fwd['p99'] / 1000:.2f}",
+                   f"{100 * share:.0f}%")
+    con.print(t3)
+
+    p50 = summary["put+completion p50 (us)"]
+    ok_fwd = p50["forward"] <= p50["none"] * 1.03
+    ok_wqe = p50["wqe"] <= p50["none"] * 1.10
+    rate_ok = all(x["wqes"] == x["posted"] and x["losses"] == 0 for x in acct)
+    fast = min(x["doorbells_per_s"] for x in acct) >= 1.5e6
+    con.print(f"targets: forward p50 within 3%: {'[green]yes' if ok_fwd else '[red]no'}[/]; "
+              f"wqe p50 within 10%: {'[green]yes' if ok_wqe else '[red]no'}[/]; "
+              f"every WQE accounted: {'[green]yes' if rate_ok else '[red]no'}[/] at "
+              f"{min(x['doorbells_per_s'] for x in acct) / 1e6:.2f} M doorbells/s "
+              f"({'[green]>= 1.5 M' if fast else '[red]< 1.5 M'}[/])")
+    results["summary"] = summary
+    results["targets"] = {"forward_p50_3pct": ok_fwd, "wqe_p50_10pct": ok_wqe, "all_wqes_accounted": rate_ok,
+                          "rate_at_least_1.5M": fast}
+    if a.json:
+        a.json.write_text(json.dumps(results, indent=1, default=str))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,178 @@
+/* gda_wqe.h: building mlx5 send WQEs in a send queue, ringing the doorbell, polling CQEs.
+ *
+ * What a GPU-initiated transport does at the GPU-NIC boundary, and nothing more (the "mini-gda"
+ * of the Dissecting paper): 16-byte segments written whole into 64-byte basic blocks of a ring,
+ * a fence, the doorbell record (dbrec[1] = next free block), a fence, one 8-byte doorbell store.
+ * Segment layouts are rdma-core's (struct mlx5_wqe_ctrl_seg, _raddr_seg, _data_seg,
+ * _atomic_seg, _inl_data_seg in mlx5dv.h; gda_host.c checks the offsets used here against them).
+ */
+#ifndef GDA_WQE_H
+#define GDA_WQE_H
+
+#include "gda_dev.h"
+
+enum {
+    GDA_OP_RDMA_WRITE = 0x08,
+    GDA_OP_RDMA_READ = 0x10,
+    GDA_OP_ATOMIC_FA = 0x12,
+    GDA_CTRL_CQ_UPDATE = 0x08, /* fm_ce_se: signaled */
+    GDA_INLINE_SEG = 0x80000000u,
+    GDA_CQE_INVALID = 0xf,
+    GDA_CQE_REQ_ERR = 0xd,
+};
+
+/* How the doorbell value is formed. */
+enum gda_db_style {
+    GDA_DB_NEXT = 0, /* {be32(next_free << 8), be32(qpn << 8)}: opcode 0, ds 0 (NVSHMEM, DOCA) */
+    GDA_DB_LAST = 1, /* the last WQE's own first 8 bytes (rdma-core) */
+};
+
+/* A send queue as the submitting thread sees it. */
+struct gda_sq {
+    uint8_t *buf;              /* the ring (GPU memory) */
+    volatile uint32_t *dbrec;  /* [0] receive counter, [1] send counter (GPU memory) */
+    volatile uint64_t *db;     /* the doorbell register, from cuMemHostGetDevicePointer */
+    uint32_t slots;            /* basic blocks in the ring, a power of two */
+    uint32_t qpn;
+    uint32_t pi;               /* next free basic block (16-bit wrap is the hardware's) */
+    uint32_t db_style;
+    uint32_t last_w0, last_w1; /* first two words of the last WQE built (for GDA_DB_LAST) */
+};
+
+/* A completion queue of 64-byte CQEs. */
+struct gda_cq {
+    uint8_t *buf;              /* 2^log_size CQEs (GPU memory) */
+    volatile uint32_t *dbrec;  /* [0] consumer index */
+    uint32_t log_size;
+    uint32_t ci;               /* consumer index */
+};
+
+struct gda_cqe {
+    uint8_t opcode;            /* op_own >> 4 */
+    uint8_t syndrome;          /* for error CQEs */
+    uint16_t wqe_counter;      /* start block of the completed WQE */
+    uint32_t byte_cnt;
+    uint32_t qpn;
+};
+
+/* 16-byte segment `off` bytes into the WQE starting at block `idx`; a WQE may wrap to block 0. */
+GDA_FN uint8_t *gda_seg(const struct gda_sq *sq, uint32_t idx, uint32_t off)
+{
+    uint32_t pos = ((idx << 6) + off) & ((sq->slots << 6) - 1);
+    return sq->buf + pos;
+}
+
+GDA_FN uint32_t gda_hi(uint64_t x) { return gda_bswap32((uint32_t)(x >> 32)); }
+GDA_FN uint32_t gda_lo(uint64_t x) { return gda_bswap32((uint32_t)x); }
+
+/* Control segment, written last.  Returns nothing; remembers its first 8 bytes for the doorbell. */
+GDA_FN void gda_ctrl(struct gda_sq *sq, uint32_t idx, uint8_t opcode, uint8_t ds, uint8_t fm_ce_se)
+{
+    uint32_t w0 = gda_bswap32(((idx & 0xffff) << 8) | opcode);
+    uint32_t w1 = gda_bswap32((sq->qpn << 8) | ds);
+    /* signature 0, dci_stream_channel_id 0, fm_ce_se at byte 11; imm 0 */
+    gda_st128(gda_seg(sq, idx, 0), w0, w1, (uint32_t)fm_ce_se << 24, 0);
+    sq->last_w0 = w0;
+    sq->last_w1 = w1;
+}
+
+GDA_FN void gda_raddr(struct gda_sq *sq, uint32_t idx, uint32_t off, uint64_t raddr, uint32_t rkey)
+{
+    gda_st128(gda_seg(sq, idx, off), gda_hi(raddr), gda_lo(raddr), gda_bswap32(rkey), 0);
+}
+
+GDA_FN void gda_data(struct gda_sq *sq, uint32_t idx, uint32_t off, uint64_t addr, uint32_t lkey, uint32_t len)
+{
+    gda_st128(gda_seg(sq, idx, off), gda_bswap32(len), gda_bswap32(lkey), gda_hi(addr), gda_lo(addr));
+}
+
+/* RDMA WRITE or READ of one buffer: ctrl + raddr + data, ds 3, one block. */
+GDA_FN uint32_t gda_post_rw(struct gda_sq *sq, uint8_t opcode, uint64_t laddr, uint32_t lkey,
+                            uint64_t raddr, uint32_t rkey, uint32_t len, int signaled)
+{
+    uint32_t idx = sq->pi;
+    gda_raddr(sq, idx, 16, raddr, rkey);
+    gda_data(sq, idx, 32, laddr, lkey, len);
+    gda_ctrl(sq, idx, opcode, 3, signaled ? GDA_CTRL_CQ_UPDATE : 0);
+    sq->pi = idx + 1;
+    return idx;
+}
+
+/* RDMA WRITE gathering `n` (1..3) pieces of `len` bytes each, `stride` apart: ds 2 + n; with
+ * three pieces the WQE takes two blocks (and may wrap around the end of the ring). */
+GDA_FN uint32_t gda_post_writev(struct gda_sq *sq, uint64_t laddr, uint32_t lkey, uint32_t stride,
+                                uint64_t raddr, uint32_t rkey, uint32_t len, uint32_t n, int signaled)
+{
+    uint32_t idx = sq->pi, ds = 2 + n;
+    gda_raddr(sq, idx, 16, raddr, rkey);
+    for (uint32_t i = 0; i < n; i++)
+        gda_data(sq, idx, 32 + 16 * i, laddr + (uint64_t)i * stride, lkey, len);
+    gda_ctrl(sq, idx, GDA_OP_RDMA_WRITE, (uint8_t)ds, signaled ? GDA_CTRL_CQ_UPDATE : 0);
+    sq->pi = idx + (ds * 16 + 63) / 64;
+    return idx;
+}
+
+/* RDMA WRITE of up to 12 bytes carried inline: ctrl + raddr + inline (4 + len <= 16), ds 3. */
+GDA_FN uint32_t gda_post_write_inline(struct gda_sq *sq, uint64_t value, uint32_t len,
+                                      uint64_t raddr, uint32_t rkey, int signaled)
+{
+    uint32_t idx = sq->pi;
+    gda_raddr(sq, idx, 16, raddr, rkey);
+    /* byte_count | INLINE, then the value's bytes in memory order (little-endian) */
+    gda_st128(gda_seg(sq, idx, 32), gda_bswap32(GDA_INLINE_SEG | len), (uint32_t)value,
+              (uint32_t)(value >> 32), 0);
+    gda_ctrl(sq, idx, GDA_OP_RDMA_WRITE, 3, signaled ? GDA_CTRL_CQ_UPDATE : 0);
+    sq->pi = idx + 1;
+    return idx;
+}
+
+/* ATOMIC FETCH_ADD of 8 bytes: ctrl + raddr + atomic(add, 0) + data (the old value lands at
+ * laddr), ds 4, one block. */
+GDA_FN uint32_t gda_post_fadd(struct gda_sq *sq, uint64_t laddr, uint32_t lkey, uint64_t raddr,
+                              uint32_t rkey, uint64_t add, int signaled)
+{
+    uint32_t idx = sq->pi;
+    gda_raddr(sq, idx, 16, raddr, rkey);
+    gda_st128(gda_seg(sq, idx, 32), gda_hi(add), gda_lo(add), 0, 0);
+    gda_data(sq, idx, 48, laddr, lkey, 8);
+    gda_ctrl(sq, idx, GDA_OP_ATOMIC_FA, 4, signaled ? GDA_CTRL_CQ_UPDATE : 0);
+    sq->pi = idx + 1;
+    return idx;
+}
+
+/* Announce everything built so far: doorbell record, then the doorbell. */
+GDA_FN uint64_t gda_ring(struct gda_sq *sq)
+{
+    uint64_t v;
+    if (sq->db_style == GDA_DB_LAST)
+        v = ((uint64_t)sq->last_w1 << 32) | sq->last_w0;
+    else
+        v = ((uint64_t)gda_bswap32(sq->qpn << 8) << 32) | gda_bswap32((sq->pi & 0xffff) << 8);
+    gda_fence();
+    gda_st32(&sq->dbrec[1], gda_bswap32(sq->pi & 0xffff));
+    gda_fence();
+    gda_st64_mmio(sq->db, v);
+    return v;
+}
+
+/* Take the next CQE if the NIC has written it.  Returns 1 and fills `out`, or 0. */
+GDA_FN int gda_cq_poll(struct gda_cq *cq, struct gda_cqe *out)
+{
+    const uint8_t *e = cq->buf + ((cq->ci & ((1u << cq->log_size) - 1)) << 6);
+    uint8_t op_own = gda_ld8((const volatile uint8_t *)(e + 63));
+    if ((op_own >> 4) == GDA_CQE_INVALID || (op_own & 1) != ((cq->ci >> cq->log_size) & 1))
+        return 0;
+    gda_fence();
+    const volatile uint32_t *w = (const volatile uint32_t *)e;
+    out->opcode = op_own >> 4;
+    out->byte_cnt = gda_bswap32(gda_ld32(&w[11]));
+    out->qpn = gda_bswap32(gda_ld32(&w[14])) & 0xffffff;
+    uint32_t w15 = gda_bswap32(gda_ld32(&w[15])); /* wqe_counter, signature, op_own */
+    out->wqe_counter = (uint16_t)(w15 >> 16);
+    out->syndrome = gda_ld8((const volatile uint8_t *)(e + 55));
+    cq->ci++;
+    gda_st32(&cq->dbrec[0], gda_bswap32(cq->ci & 0xffffff));
+    return 1;
+}
+
+#endif

@@ -1,0 +1,103 @@
+/*
+ * sigmatrace agent, mlx5 provider (libmlx5: mlx5dv devx).
+ *
+ * What a GPU-initiated library builds with devx (UARs, umems in GPU memory, QPs and CQs from
+ * PRM command mailboxes, their transitions) is read by the runtime (native/runtime/
+ * devx_state.c): these hooks only hand it the arguments and results.  Cold path: Interceptor
+ * attach.  mlx5dv_devx_free_uar stops the UAR's repeater before the register goes away.
+ */
+'use strict';
+
+(() => {
+  const OWNER = 'mlx5';
+  const LIB = 'libmlx5.so.1';
+  const api = sigmatrace;
+
+  function rfn(name, args) {
+    return api.fn(name, 'void', args);
+  }
+
+  // [export, {enter(args, self), leave(ret, self)}]
+  const hooks = [
+    ['mlx5dv_devx_alloc_uar', {
+      enter(args, self) { self.ctx = args[0]; self.flags = args[1].toUInt32(); },
+      leave(ret, self) { rfn('st_devx_uar_alloc', ['pointer', 'uint32', 'pointer', 'uint64'])(self.ctx, self.flags, ret, self.ts); },
+    }],
+    ['mlx5dv_devx_free_uar', {
+      enter(args, self) {
+        self.uar = args[0];
+        rfn('st_devx_uar_free_enter', ['pointer'])(args[0]);
+      },
+      leave(ret, self) { rfn('st_devx_uar_free', ['pointer', 'uint64'])(self.uar, self.ts); },
+    }],
+    ['mlx5dv_devx_umem_reg', {
+      enter(args, self) { self.a = [args[0], args[1], uint64(args[2].toString()), args[3].toUInt32()]; },
+      leave(ret, self) {
+        rfn('st_devx_umem_reg', ['pointer', 'pointer', 'uint64', 'uint32', 'pointer', 'uint64'])(...self.a, ret, self.ts);
+      },
+    }],
+    ['mlx5dv_devx_umem_reg_ex', {
+      enter(args, self) { self.ctx = args[0]; self.in = args[1]; },
+      leave(ret, self) { rfn('st_devx_umem_reg_ex', ['pointer', 'pointer', 'pointer', 'uint64'])(self.ctx, self.in, ret, self.ts); },
+    }],
+    ['mlx5dv_devx_umem_dereg', {
+      enter(args, self) { self.umem = args[0]; },
+      leave(ret, self) { rfn('st_devx_umem_dereg', ['pointer', 'int', 'uint64'])(self.umem, ret.toInt32(), self.ts); },
+    }],
+    ['mlx5dv_devx_obj_create', {
+      enter(args, self) { self.a = [args[0], args[1], uint64(args[2].toString()), args[3], uint64(args[4].toString())]; },
+      leave(ret, self) {
+        rfn('st_devx_obj_create', ['pointer', 'pointer', 'uint64', 'pointer', 'uint64', 'pointer', 'uint64'])(...self.a, ret, self.ts);
+      },
+    }],
+    ['mlx5dv_devx_obj_modify', {
+      enter(args, self) { self.a = [args[0], args[1], uint64(args[2].toString()), args[3], uint64(args[4].toString())]; },
+      leave(ret, self) {
+        rfn('st_devx_obj_modify', ['pointer', 'pointer', 'uint64', 'pointer', 'uint64', 'int', 'uint64'])(...self.a, ret.toInt32(), self.ts);
+      },
+    }],
+    ['mlx5dv_devx_obj_destroy', {
+      enter(args, self) { self.obj = args[0]; },
+      leave(ret, self) { rfn('st_devx_obj_destroy', ['pointer', 'int', 'uint64'])(self.obj, ret.toInt32(), self.ts); },
+    }],
+  ];
+
+  function install(mods) {
+    const lib = mods[LIB];
+    const installed = [];
+    const failed = [];
+    for (const [name, h] of hooks) {
+      const addr = lib.findExportByName(name);
+      if (addr === null) {
+        failed.push({ name, why: 'not exported' });
+        continue;
+      }
+      try {
+        api.attach(addr, {
+          onEnter(args) {
+            this.rec = api.enter(OWNER);
+            if (!this.rec) return;
+            this.ts = api.now();
+            try { h.enter(args, this); } catch (e) { api.error('mlx5:' + name, e); this.rec = false; }
+          },
+          onLeave(ret) {
+            api.leave(OWNER);
+            if (!this.rec) return;
+            try { h.leave(ret, this); } catch (e) { api.error('mlx5:' + name, e); }
+          },
+        }, OWNER);
+        installed.push(name);
+      } catch (e) {
+        failed.push({ name, why: e.message || String(e) });
+      }
+    }
+    return { installed, failed };
+  }
+
+  function afterInstall() {
+    // UARs mapped before we arrived may already be in the GPU's hands: say which
+    if (api.attached) api.fn('st_devx_scan_preexisting', 'int', [])();
+  }
+
+  api.registerProvider({ name: OWNER, libraries: [LIB], install, afterInstall });
+})();

@@ -1,0 +1,616 @@
+/* Repeater threads: see every value the GPU stores into a substituted doorbell page, account the
+ * WQEs it announces, forward it to the real register, record it. */
+#include <errno.h>
+#include <sched.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "db_env.h"
+#include "repeater.h"
+
+#define MAX_PAGES_PER_THREAD 1024
+
+struct db_rthread {
+    int id;
+    pthread_t th;
+    struct db_params p;
+    struct db_page *volatile pages[MAX_PAGES_PER_THREAD];
+    volatile uint32_t n_pages;
+    volatile uint32_t flush_req, flush_ack;
+    int cpu;
+    int state;
+};
+
+static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_mutex_t g_qp_lock = PTHREAD_MUTEX_INITIALIZER; /* appends to a page's QP table */
+static struct db_page *g_pages[DB_MAX_PAGES];
+static uint32_t g_n_pages;
+static struct db_rthread *g_threads[DB_MAX_THREADS];
+static uint32_t g_n_threads;
+static const struct db_copier_ops *g_cops;
+static void *g_cops_owner;
+static struct db_qp *(*g_resolver)(uint32_t qpn, struct db_page *pg);
+static struct db_stats g_stats;
+
+static inline void cpu_relax(void) { __builtin_ia32_pause(); }
+
+static uint64_t mono_ns(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (uint64_t)t.tv_sec * 1000000000ull + (uint64_t)t.tv_nsec;
+}
+
+/* ---- configuration ------------------------------------------------------------------------ */
+
+int db_parse_cpus(const char *s, int *cpus, int max)
+{
+    int n = 0;
+    while (s && *s) {
+        char *end;
+        long a = strtol(s, &end, 10), b;
+        if (end == s || a < 0)
+            return 0;
+        b = a;
+        if (*end == '-') {
+            const char *t = end + 1;
+            b = strtol(t, &end, 10);
+            if (end == t || b < a)
+                return 0;
+        }
+        for (long c = a; c <= b; c++) {
+            if (n == max)
+                return n;
+            cpus[n++] = (int)c;
+        }
+        if (*end == ',')
+            end++;
+        else if (*end)
+            return 0;
+        s = end;
+    }
+    return n;
+}
+
+static uint32_t cfg_u32(const char *key, uint32_t dflt)
+{
+    const char *v = db_config(key);
+    if (!v || !*v)
+        return dflt;
+    char *end;
+    unsigned long x = strtoul(v, &end, 10);
+    if (*end) {
+        db_error("repeater", "configuration %s=%s is not a number; using %u", key, v, dflt);
+        return dflt;
+    }
+    return (uint32_t)x;
+}
+
+void db_params_load(struct db_params *p, int mode)
+{
+    memset(p, 0, sizeof(*p));
+    p->mode = mode;
+    p->wqe_batch = cfg_u32("wqe_batch", 128);
+    p->spin_us = cfg_u32("repeater_spin_us", 200);
+    p->pause_us = cfg_u32("repeater_pause_us", 2000);
+    p->sleep_us = cfg_u32("repeater_sleep_us", 5);
+    p->max_sleep_us = cfg_u32("repeater_max_sleep_us", 100);
+    if (p->max_sleep_us < p->sleep_us)
+        p->max_sleep_us = p->sleep_us;
+    long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+    /* on a machine with few cores a spinning repeater must let the application's threads run */
+    p->yield_while_spinning = (int)cfg_u32("repeater_yield", ncpu > 0 && ncpu <= 4 ? 1 : 0);
+    const char *cpus = db_config("repeater_cpus");
+    if (cpus && *cpus) {
+        p->n_cpus = db_parse_cpus(cpus, p->cpus, DB_MAX_THREADS);
+        if (!p->n_cpus)
+            db_error("repeater", "repeater_cpus=%s is not a cpu list (e.g. 2,3 or 4-7); threads are not pinned", cpus);
+    }
+    p->threads = cfg_u32("repeater_threads", p->n_cpus ? (uint32_t)p->n_cpus : 4);
+    if (p->threads < 1)
+        p->threads = 1;
+    if (p->threads > DB_MAX_THREADS)
+        p->threads = DB_MAX_THREADS;
+}
+
+void db_set_copier_ops(const struct db_copier_ops *ops, void *owner)
+{
+    g_cops = ops;
+    g_cops_owner = owner;
+}
+
+void db_set_qp_resolver(struct db_qp *(*fn)(uint32_t qpn, struct db_page *pg)) { g_resolver = fn; }
+
+void db_stats(struct db_stats *out)
+{
+    *out = g_stats;
+    out->pages = __atomic_load_n(&g_n_pages, __ATOMIC_ACQUIRE);
+    out->threads = __atomic_load_n(&g_n_threads, __ATOMIC_ACQUIRE);
+}
+
+/* ---- QPs of a page ------------------------------------------------------------------------ */
+
+int db_page_add_qp(struct db_page *pg, struct db_qp *q)
+{
+    pthread_mutex_lock(&g_qp_lock);
+    uint32_t n = pg->n_qps;
+    if (n >= DB_PAGE_MAX_QPS) {
+        pthread_mutex_unlock(&g_qp_lock);
+        db_error("repeater", "repeater %d watches %u QPs already; doorbells of qp 0x%x are forwarded but not attributed",
+                 pg->index, n, q->qpn);
+        return -1;
+    }
+    q->repeater = pg->index;
+    pg->qps[n] = q;
+    pg->hint[q->qpn & 255] = (uint16_t)(n + 1);
+    __atomic_store_n(&pg->n_qps, n + 1, __ATOMIC_RELEASE);
+    pg->live->n_qps = n + 1;
+    pthread_mutex_unlock(&g_qp_lock);
+    q->live->repeater = (uint32_t)pg->index;
+    q->live->flags |= ST_QPF_WATCHED;
+    return 0;
+}
+
+/* A QP for doorbells of a qpn nobody told us about (made before tracing, or by a path we do not
+ * hook): its doorbells are counted and forwarded, its WQEs cannot be located. */
+static struct db_qp *placeholder_qp(struct db_page *pg, uint32_t qpn)
+{
+    struct db_qp *q = calloc(1, sizeof(*q));
+    if (!q)
+        return NULL;
+    q->qpn = qpn;
+    q->sq_mem = DB_MEM_UNKNOWN;
+    q->gpu = -1;
+    q->repeater = -1;
+    q->live = db_live_qp(qpn, ST_QPF_PREEXISTING);
+    if (!q->live)
+        q->live = &q->priv;
+    q->live->qpn = qpn;
+    q->live->remote_qpn = UINT32_MAX;
+    q->live->gpu = -1;
+    if (db_page_add_qp(pg, q) != 0) {
+        free(q);
+        return NULL;
+    }
+    db_cold("\"ev\":\"uar_unwatched\",\"reg_addr\":%llu,\"qpn\":%u,\"why\":\"doorbells of a QP created before tracing or outside mlx5dv devx: WQEs cannot be located\"",
+            (unsigned long long)(uintptr_t)pg->target, qpn);
+    return q;
+}
+
+static struct db_qp *page_find_qp(struct db_page *pg, uint32_t qpn)
+{
+    struct db_qp *q = pg->cache;
+    if (q && q->qpn == qpn && !q->dead)
+        return q;
+    uint32_t n = __atomic_load_n(&pg->n_qps, __ATOMIC_ACQUIRE);
+    uint16_t h = pg->hint[qpn & 255];
+    if (h && h <= n) {
+        q = pg->qps[h - 1];
+        if (q && q->qpn == qpn && !q->dead)
+            return pg->cache = q;
+    }
+    for (uint32_t i = n; i-- > 0;) {
+        q = pg->qps[i];
+        if (q && q->qpn == qpn && !q->dead) {
+            pg->hint[qpn & 255] = (uint16_t)(i + 1);
+            return pg->cache = q;
+        }
+    }
+    q = g_resolver ? g_resolver(qpn, pg) : NULL;
+    if (!q) {
+        g_stats.unknown_qp_doorbells++;
+        q = placeholder_qp(pg, qpn);
+    }
+    return q ? (pg->cache = q) : NULL;
+}
+
+/* ---- doorbells ------------------------------------------------------------------------------ */
+
+static void record_loss(struct db_qp *q, uint64_t first, uint64_t n, uint64_t ts)
+{
+    q->live->wqe_losses += n;
+    q->live->wqe_pi = first + n;
+    if (!db_records_wanted())
+        return;
+    struct st_record r = {0};
+    r.ts = ts;
+    r.type = ST_REC_WQE_LOSS;
+    r.qpn = q->qpn;
+    r.aux32 = (uint32_t)first;
+    r.len = (uint32_t)n;
+    db_emit(&r);
+}
+
+static void prepare_recovery(struct db_page *pg, struct db_qp *q)
+{
+    struct db_copier *cp = NULL;
+    q->rec_state = -1;
+    if (!q->slots || q->sq_mem == DB_MEM_UNKNOWN)
+        return;
+    if (q->sq_mem == DB_MEM_GPU) {
+        if (!pg->gpu_cp && g_cops && g_cops->gpu_copier)
+            pg->gpu_cp = g_cops->gpu_copier(g_cops_owner, pg->cuctx);
+        cp = pg->gpu_cp;
+        if (!cp) {
+            db_error("wqe_recovery", "qp 0x%x: its send queue is in GPU memory and no CUDA copy stream could be made; its WQEs are counted as lost",
+                     q->qpn);
+            return;
+        }
+    } else {
+        cp = &db_host_copier;
+    }
+    size_t bytes = (size_t)q->slots << MLX5_BB_SHIFT;
+    if (!q->mirror) {
+        q->mirror = (cp->async && g_cops && g_cops->alloc_mirror) ? g_cops->alloc_mirror(cp, bytes) : calloc(1, bytes);
+        q->mirror_cp = cp;
+    }
+    if (!q->mirror) {
+        db_error("wqe_recovery", "qp 0x%x: no memory for a %zu-byte copy of its send queue", q->qpn, bytes);
+        return;
+    }
+    if (wqe_rec_init(&q->rec, q->qpn, q->st, q->slots, q->sq_addr, q->mirror, cp, pg->thread->p.wqe_batch,
+                     q->live, db_records_wanted()) != 0) {
+        db_error("wqe_recovery", "qp 0x%x: cannot track a send queue of %u blocks", q->qpn, q->slots);
+        return;
+    }
+    q->rec.copies = &pg->live->copies;
+    q->rec.syncs = &pg->live->syncs;
+    /* recovery starts at the producer index the QP has now */
+    q->rec.pi = q->rec.copied = q->rec.parsed = q->pi;
+    q->live->wqe_pi = q->pi;
+    q->rec_state = 1;
+}
+
+static void on_doorbell(struct db_rthread *T, struct db_page *pg, uint64_t raw, uint64_t ts)
+{
+    struct db_value v = db_decode(raw);
+    struct db_qp *q = page_find_qp(pg, v.qpn);
+    uint64_t delta = 0;
+    uint8_t flags = 0;
+    if (q) {
+        if (!q->have_pi) { /* a QP we saw created starts at 0; otherwise this doorbell is the base */
+            q->have_pi = 1;
+            q->pi = q->known_start ? 0 : v.next;
+        }
+        uint16_t d = (uint16_t)(v.next - (uint16_t)q->pi);
+        if (d > 0x8000) { /* the producer index went backwards: not a doorbell we can account */
+            flags |= ST_F_ERR;
+            if (g_stats.backward_doorbells++ == 0)
+                db_error("repeater", "qp 0x%x: producer index went back from %u to %u", q->qpn,
+                         (unsigned)(uint16_t)q->pi, (unsigned)v.next);
+            d = 0;
+        }
+        delta = d;
+        if (delta && T->p.mode == ST_DB_WQE && db_recording()) {
+            if (q->rec_state == 0)
+                prepare_recovery(pg, q);
+            if (q->rec_state == 1)
+                wqe_rec_announce(&q->rec, q->pi + delta, ts);
+            else
+                record_loss(q, q->pi, delta, ts);
+        }
+    }
+    /* forward: one 64-bit store, then make it leave the write-combining buffer */
+    __atomic_store_n(pg->target, raw, __ATOMIC_RELAXED);
+    __builtin_ia32_sfence();
+
+    pg->last[0] = raw;
+    struct st_live_repeater *l = pg->live;
+    l->doorbells++;
+    l->forwarded++;
+    l->last_doorbell_tsc = ts;
+    if (q) {
+        q->pi += delta;
+        q->live->doorbells++;
+        q->live->pi = q->pi;
+    }
+    if (db_records_wanted()) {
+        struct st_record r = {0};
+        r.ts = ts;
+        r.type = ST_REC_DOORBELL;
+        r.flags = flags;
+        r.op = v.opcode;
+        r.aux = v.ds;
+        r.qpn = v.qpn;
+        r.len = (uint32_t)delta;
+        r.key = (uint32_t)pg->index;
+        r.extra = raw;
+        r.aux32 = v.next;
+        db_emit(&r);
+    }
+}
+
+/* Words 1-7 of the watched line (BlueFlame payload a host library might write): forwarded as
+ * stored, in address order, without records. */
+static void forward_other_words(struct db_page *pg)
+{
+    for (int w = 1; w < 8; w++) {
+        uint64_t v = __atomic_load_n(&pg->watch[w], __ATOMIC_RELAXED);
+        if (v != pg->last[w]) {
+            pg->last[w] = v;
+            __atomic_store_n(&pg->target[w], v, __ATOMIC_RELAXED);
+            __builtin_ia32_sfence();
+        }
+    }
+}
+
+/* Account everything recovered so far; QPs destroyed meanwhile are drained and their copy of
+ * the ring given back (the QP record itself stays: other threads may still hold it). */
+static void flush_page(struct db_page *pg)
+{
+    uint32_t n = __atomic_load_n(&pg->n_qps, __ATOMIC_ACQUIRE);
+    for (uint32_t i = 0; i < n; i++) {
+        struct db_qp *q = pg->qps[i];
+        if (!q || q->rec_state != 1)
+            continue;
+        wqe_rec_flush(&q->rec);
+        if (q->dead) {
+            wqe_rec_fini(&q->rec);
+            if (q->mirror_cp && q->mirror_cp->async && g_cops && g_cops->free_mirror)
+                g_cops->free_mirror(q->mirror_cp, q->mirror);
+            else
+                free(q->mirror);
+            q->mirror = NULL;
+            q->rec_state = 2;
+        }
+    }
+}
+
+static void finish_page(struct db_page *pg)
+{
+    uint64_t v = __atomic_load_n(&pg->watch[0], __ATOMIC_RELAXED);
+    if (v != pg->last[0])
+        on_doorbell(pg->thread, pg, v, db_now());
+    forward_other_words(pg);
+    flush_page(pg);
+    pg->live->state = ST_REP_STOPPED;
+    __atomic_store_n(&pg->stopped, 1, __ATOMIC_RELEASE);
+}
+
+static void set_state(struct db_rthread *T, int state)
+{
+    if (T->state == state)
+        return;
+    T->state = state;
+    uint32_t n = __atomic_load_n(&T->n_pages, __ATOMIC_ACQUIRE);
+    for (uint32_t i = 0; i < n; i++)
+        if (!T->pages[i]->stopped)
+            T->pages[i]->live->state = (uint32_t)state;
+}
+
+static void add_counter(struct db_rthread *T, size_t field, uint64_t n)
+{
+    uint32_t np = __atomic_load_n(&T->n_pages, __ATOMIC_ACQUIRE);
+    for (uint32_t i = 0; i < np; i++)
+        *(uint64_t *)((char *)T->pages[i]->live + field) += n;
+}
+
+/* What this thread has cost so far (the back-off trade-off, docs/doorbells.md). */
+static void report_stats(struct db_rthread *T, uint64_t started)
+{
+    struct timespec cpu;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &cpu);
+    uint64_t spins = 0, backoffs = 0, sleeps = 0, doorbells = 0;
+    uint32_t n = __atomic_load_n(&T->n_pages, __ATOMIC_ACQUIRE);
+    for (uint32_t i = 0; i < n; i++)
+        doorbells += T->pages[i]->live->doorbells;
+    if (n) { /* thread counters are added to each of its pages: take one */
+        spins = T->pages[0]->live->spins;
+        backoffs = T->pages[0]->live->backoffs;
+        sleeps = T->pages[0]->live->sleeps;
+    }
+    db_cold("\"ev\":\"repeater_stats\",\"thread\":%d,\"cpu\":%d,\"pages\":%u,\"doorbells\":%llu,\"cpu_ns\":%llu,"
+            "\"wall_ns\":%llu,\"spins\":%llu,\"backoffs\":%llu,\"sleeps\":%llu",
+            T->id, T->cpu, n, (unsigned long long)doorbells,
+            (unsigned long long)cpu.tv_sec * 1000000000ull + (unsigned long long)cpu.tv_nsec,
+            (unsigned long long)(mono_ns() - started), (unsigned long long)spins, (unsigned long long)backoffs,
+            (unsigned long long)sleeps);
+}
+
+static void *rthread_main(void *arg)
+{
+    struct db_rthread *T = arg;
+    char name[16];
+    snprintf(name, sizeof(name), "repeater%d", T->id);
+    db_thread_name(name);
+    prctl(PR_SET_NAME, name);
+    prctl(PR_SET_TIMERSLACK, 1UL); /* a 1 us sleep then takes ~4 us, not ~55 us */
+    const struct db_params *p = &T->p;
+    const uint64_t spin_ns = (uint64_t)p->spin_us * 1000, pause_ns = (uint64_t)p->pause_us * 1000;
+    uint64_t started = mono_ns(), last_active = started;
+    uint32_t polls = 0, sleep_us = p->sleep_us;
+    int flushed = 1;
+    for (;;) {
+        int busy = 0;
+        uint32_t n = __atomic_load_n(&T->n_pages, __ATOMIC_ACQUIRE);
+        for (uint32_t i = 0; i < n; i++) {
+            struct db_page *pg = T->pages[i];
+            if (pg->stopped)
+                continue;
+            uint64_t v = __atomic_load_n(&pg->watch[0], __ATOMIC_RELAXED);
+            if (v != pg->last[0]) {
+                on_doorbell(T, pg, v, db_now());
+                forward_other_words(pg);
+                busy = 1;
+            }
+            if (pg->stop_req)
+                finish_page(pg);
+        }
+        if (busy) {
+            polls = 0;
+            flushed = 0;
+            sleep_us = p->sleep_us;
+            last_active = mono_ns();
+            set_state(T, ST_REP_SPINNING);
+            continue;
+        }
+        uint32_t req = __atomic_load_n(&T->flush_req, __ATOMIC_ACQUIRE);
+        if (req != T->flush_ack) {
+            for (uint32_t i = 0; i < n; i++)
+                if (!T->pages[i]->stopped)
+                    flush_page(T->pages[i]);
+            report_stats(T, started);
+            __atomic_store_n(&T->flush_ack, req, __ATOMIC_RELEASE);
+        }
+        if (++polls & 63) {
+            cpu_relax();
+            continue;
+        }
+        for (uint32_t i = 0; i < n; i++)
+            if (!T->pages[i]->stopped)
+                forward_other_words(T->pages[i]);
+        uint64_t idle = mono_ns() - last_active;
+        if (idle < spin_ns) {
+            set_state(T, ST_REP_SPINNING);
+            add_counter(T, offsetof(struct st_live_repeater, spins), 64);
+            if (p->yield_while_spinning)
+                sched_yield();
+        } else if (idle < pause_ns) {
+            if (!flushed) { /* the queue went quiet: account what was recovered so far */
+                for (uint32_t i = 0; i < n; i++)
+                    if (!T->pages[i]->stopped)
+                        flush_page(T->pages[i]);
+                flushed = 1;
+            }
+            set_state(T, ST_REP_PAUSING);
+            add_counter(T, offsetof(struct st_live_repeater, backoffs), 1);
+            for (int k = 0; k < 32; k++)
+                cpu_relax();
+            sched_yield();
+        } else {
+            set_state(T, ST_REP_SLEEPING);
+            add_counter(T, offsetof(struct st_live_repeater, sleeps), 1);
+            struct timespec ts = {0, (long)sleep_us * 1000};
+            nanosleep(&ts, NULL);
+            sleep_us = sleep_us * 2 > p->max_sleep_us ? p->max_sleep_us : sleep_us * 2;
+        }
+    }
+    return NULL;
+}
+
+static struct db_rthread *thread_for(const struct db_params *p, uint32_t page_index)
+{
+    uint32_t want = page_index % p->threads;
+    if (want < g_n_threads)
+        return g_threads[want];
+    struct db_rthread *T = calloc(1, sizeof(*T));
+    if (!T)
+        return NULL;
+    T->id = (int)g_n_threads;
+    T->p = *p;
+    T->cpu = p->n_cpus ? p->cpus[T->id % p->n_cpus] : -1;
+    T->state = -1;
+    pthread_attr_t a;
+    pthread_attr_init(&a);
+    pthread_attr_setdetachstate(&a, PTHREAD_CREATE_DETACHED);
+    if (T->cpu >= 0) {
+        cpu_set_t set;
+        CPU_ZERO(&set);
+        CPU_SET(T->cpu, &set);
+        pthread_attr_setaffinity_np(&a, sizeof(set), &set);
+    }
+    int rc = pthread_create(&T->th, &a, rthread_main, T);
+    if (rc != 0 && T->cpu >= 0) { /* a cpu we may not use: run unpinned rather than not at all */
+        db_error("repeater", "cannot pin a repeater thread to cpu %d (%s); it runs unpinned", T->cpu, strerror(rc));
+        T->cpu = -1;
+        pthread_attr_destroy(&a);
+        pthread_attr_init(&a);
+        pthread_attr_setdetachstate(&a, PTHREAD_CREATE_DETACHED);
+        rc = pthread_create(&T->th, &a, rthread_main, T);
+    }
+    pthread_attr_destroy(&a);
+    if (rc != 0) {
+        db_error("repeater", "cannot start a repeater thread: %s", strerror(rc));
+        free(T);
+        return NULL;
+    }
+    g_threads[g_n_threads] = T;
+    __atomic_store_n(&g_n_threads, g_n_threads + 1, __ATOMIC_RELEASE);
+    return T;
+}
+
+struct db_page *db_page_start(const struct db_params *p, volatile void *watch, volatile void *target,
+                              void *cuctx)
+{
+    pthread_mutex_lock(&g_lock);
+    struct db_page *pg = NULL;
+    if (g_n_pages >= DB_MAX_PAGES) {
+        db_error("repeater", "more than %d doorbell pages: this one is not substituted", DB_MAX_PAGES);
+        goto out;
+    }
+    pg = calloc(1, sizeof(*pg));
+    if (!pg)
+        goto out;
+    pg->index = (int)g_n_pages;
+    pg->watch = (volatile uint64_t *)watch;
+    pg->target = (volatile uint64_t *)target;
+    pg->cuctx = cuctx;
+    /* the starting values, read before anyone can store a doorbell here */
+    for (int w = 0; w < 8; w++)
+        pg->last[w] = pg->watch[w];
+    int slot = db_live_repeater_alloc();
+    pg->live = slot >= 0 ? db_live_repeater(slot) : NULL;
+    if (!pg->live)
+        pg->live = &pg->priv;
+    else if (slot != pg->index)
+        db_error("repeater", "live repeater slot %d for repeater %d: the dashboard may show it under another number", slot, pg->index);
+    pg->live->uar_reg_addr = (uint64_t)(uintptr_t)target;
+    pg->live->fake_host = (uint64_t)(uintptr_t)watch;
+    pg->live->state = ST_REP_SLEEPING;
+    struct db_rthread *T = thread_for(p, (uint32_t)pg->index);
+    if (!T || T->n_pages >= MAX_PAGES_PER_THREAD) {
+        free(pg);
+        pg = NULL;
+        goto out;
+    }
+    pg->thread = T;
+    pg->live->cpu = T->cpu;
+    g_pages[g_n_pages] = pg;
+    __atomic_store_n(&g_n_pages, g_n_pages + 1, __ATOMIC_RELEASE);
+    T->pages[T->n_pages] = pg;
+    __atomic_store_n(&T->n_pages, T->n_pages + 1, __ATOMIC_RELEASE);
+out:
+    pthread_mutex_unlock(&g_lock);
+    return pg;
+}
+
+static void sleep_ms(int ms)
+{
+    struct timespec t = {0, (long)ms * 1000000};
+    nanosleep(&t, NULL);
+}
+
+int db_page_stop(struct db_page *pg, int timeout_ms)
+{
+    __atomic_store_n(&pg->stop_req, 1, __ATOMIC_RELEASE);
+    for (int waited = 0; !__atomic_load_n(&pg->stopped, __ATOMIC_ACQUIRE); waited++) {
+        if (waited >= timeout_ms) {
+            db_error("repeater", "repeater %d did not stop within %d ms", pg->index, timeout_ms);
+            return -1;
+        }
+        sleep_ms(1);
+    }
+    return 0;
+}
+
+void db_flush_all(int timeout_ms)
+{
+    uint32_t n = __atomic_load_n(&g_n_threads, __ATOMIC_ACQUIRE);
+    uint32_t want[DB_MAX_THREADS];
+    for (uint32_t i = 0; i < n; i++)
+        want[i] = __atomic_add_fetch(&g_threads[i]->flush_req, 1, __ATOMIC_ACQ_REL);
+    for (uint32_t i = 0; i < n; i++) {
+        int waited = 0;
+        while ((int32_t)(__atomic_load_n(&g_threads[i]->flush_ack, __ATOMIC_ACQUIRE) - want[i]) < 0) {
+            if (waited++ >= timeout_ms) {
+                db_error("repeater", "repeater thread %u did not finish parsing within %d ms", i, timeout_ms);
+                break;
+            }
+            sleep_ms(1);
+        }
+    }
+}

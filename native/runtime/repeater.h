@@ -1,0 +1,122 @@
+/* repeater.h: watching substituted doorbell pages, recording and forwarding every doorbell.
+ *
+ * A *page* is one substituted UAR: the GPU stores doorbells into our pinned page (`watch`, the
+ * first 64 bytes at the register's offset) and a repeater thread forwards each new 8-byte value to
+ * the real register (`target`) with one 64-bit store, in order, after recording it.  A bounded
+ * number of repeater threads share the pages (page k goes to thread k % threads), so a program
+ * with many UARs does not get as many spinning threads.
+ *
+ * Threads spin while doorbells flow, then back off (pause + yield, then short sleeps with
+ * PR_SET_TIMERSLACK 1 whose length doubles up to a bound, which bounds the wake-up latency).
+ * They keep forwarding for the life of the process, also after recording stopped.
+ */
+#ifndef SIGMATRACE_REPEATER_H
+#define SIGMATRACE_REPEATER_H
+
+#include <pthread.h>
+#include <stdint.h>
+
+#include <sigmatrace/live.h>
+
+#include "wqe_recovery.h"
+
+#define DB_MAX_PAGES 4096
+#define DB_MAX_THREADS 64
+#define DB_PAGE_MAX_QPS 1024
+
+enum db_mem { DB_MEM_UNKNOWN = -1, DB_MEM_HOST = 0, DB_MEM_GPU = 1 };
+
+/* What the tracer knows about one send queue.  Made on the cold path (devx_state.c); once handed
+ * to a page, its recovery state belongs to that page's repeater thread. */
+struct db_qp {
+    uint32_t qpn;
+    int st;                /* MLX5_ST_* */
+    uint32_t slots;        /* send queue size in basic blocks; 0 when unknown */
+    uint64_t sq_addr;
+    int sq_mem;            /* enum db_mem */
+    int gpu;               /* CUDA device ordinal of the queue, -1 for host memory */
+    uint32_t uar_page;
+    int known_start;       /* we saw it created: its producer index starts at 0 */
+    struct st_live_qp *live; /* live-block slot, or &priv */
+    struct st_live_qp priv;
+    volatile int dead;     /* destroyed: no longer matched to doorbells */
+
+    /* owned by the repeater thread */
+    int have_pi;
+    uint64_t pi;           /* producer index, 64-bit extended */
+    int rec_state;         /* 0 not tried, 1 ready, -1 cannot recover (counted as losses),
+                              2 retired (destroyed and drained) */
+    struct wqe_rec rec;
+    uint8_t *mirror;
+    struct db_copier *mirror_cp; /* who allocated the mirror */
+    int repeater;          /* page index, -1 while on none */
+};
+
+/* Copiers can also provide the host memory copies land in (pinned for CUDA). */
+struct db_copier_ops {
+    /* a copier for queues in GPU memory of CUDA context `cuctx`, used by one repeater thread
+     * only (one per page); NULL if none can be made */
+    struct db_copier *(*gpu_copier)(void *owner, void *cuctx);
+    void *(*alloc_mirror)(struct db_copier *c, size_t bytes); /* pinned host memory */
+    void (*free_mirror)(struct db_copier *c, void *p);
+};
+
+struct db_page {
+    int index;                 /* repeater index: live slot and DOORBELL records' key */
+    volatile uint64_t *watch;  /* 8 words: the fake page at the register's offset */
+    volatile uint64_t *target; /* the real register */
+    uint64_t last[8];          /* last value seen of each word */
+    struct st_live_repeater *live;
+    struct st_live_repeater priv;
+    struct db_qp *volatile qps[DB_PAGE_MAX_QPS];
+    volatile uint32_t n_qps;
+    uint16_t hint[256];        /* qpn & 255 -> index + 1 into qps, a lookup shortcut */
+    struct db_qp *cache;
+    struct db_rthread *thread;
+    void *cuctx;               /* CUDA context the page was handed out in (for copies) */
+    struct db_copier *gpu_cp;  /* made by the page's thread on first need */
+    volatile int stop_req, stopped;
+};
+
+struct db_params {
+    int mode;                  /* ST_DB_FORWARD or ST_DB_WQE */
+    uint32_t wqe_batch;        /* batch threshold in blocks (clamped to half of each ring) */
+    uint32_t threads;          /* most repeater threads */
+    uint32_t spin_us, pause_us, sleep_us, max_sleep_us;
+    int yield_while_spinning;  /* sched_yield every 64 polls while spinning (few cores) */
+    int cpus[DB_MAX_THREADS];  /* pin thread i to cpus[i % n_cpus]; n_cpus 0: not pinned */
+    int n_cpus;
+};
+
+/* Defaults, then configuration keys (db_config): wqe_batch, repeater_threads, repeater_cpus,
+ * repeater_spin_us, repeater_pause_us, repeater_sleep_us, repeater_max_sleep_us,
+ * repeater_yield. */
+void db_params_load(struct db_params *p, int mode);
+/* Parse "2,3,8-11" into cpus; returns the count (0 on a bad list). */
+int db_parse_cpus(const char *s, int *cpus, int max);
+
+/* Set how repeater threads get CUDA copiers (cuda_hooks.c); NULL: host copies only. */
+void db_set_copier_ops(const struct db_copier_ops *ops, void *owner);
+
+/* Start watching: reads the page's starting values now (before the caller hands the pointer
+ * out), then gives it to a repeater thread (started if needed).  NULL if out of pages/memory. */
+struct db_page *db_page_start(const struct db_params *p, volatile void *watch, volatile void *target,
+                              void *cuctx);
+/* Route doorbells of `q` through `pg` (cold path; the caller serialises).  0, or -1 if full. */
+int db_page_add_qp(struct db_page *pg, struct db_qp *q);
+/* Stop a page before its register goes away: the thread forwards what is pending, parses what
+ * was recovered, and never touches `target` again.  Waits up to timeout_ms; 0 if it stopped. */
+int db_page_stop(struct db_page *pg, int timeout_ms);
+/* Every repeater thread synchronises and parses what it has recovered (recording stops).
+ * Waits up to timeout_ms for all of them. */
+void db_flush_all(int timeout_ms);
+/* QP lookup for doorbells of a qpn the page does not know yet (devx_state.c installs it). */
+void db_set_qp_resolver(struct db_qp *(*fn)(uint32_t qpn, struct db_page *pg));
+
+/* Counters of doorbells whose qpn nobody knows, and such (for tests and the report). */
+struct db_stats {
+    uint64_t unknown_qp_doorbells, backward_doorbells, pages, threads;
+};
+void db_stats(struct db_stats *out);
+
+#endif

@@ -1,0 +1,267 @@
+/* WQE recovery: copies decided by producer index, batched synchronisation, parsing, and the
+ * accounting that makes every announced basic block appear exactly once in the trace. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "db_env.h"
+#include "wqe_recovery.h"
+
+static int host_copy(struct db_copier *c, void *dst, uint64_t src, size_t n)
+{
+    (void)c;
+    memcpy(dst, (const void *)(uintptr_t)src, n);
+    return 0;
+}
+static int host_sync(struct db_copier *c)
+{
+    (void)c;
+    return 0;
+}
+struct db_copier db_host_copier = {host_copy, host_sync, 0};
+
+int wqe_rec_init(struct wqe_rec *r, uint32_t qpn, int st, uint32_t slots, uint64_t sq_addr,
+                 uint8_t *mirror, struct db_copier *cp, uint32_t threshold,
+                 struct st_live_qp *live, int emit)
+{
+    memset(r, 0, sizeof(*r));
+    if (slots == 0 || (slots & (slots - 1)))
+        return -1;
+    r->qpn = qpn;
+    r->st = st;
+    r->slots = slots;
+    r->sq_addr = sq_addr;
+    r->mirror = mirror;
+    r->cp = cp;
+    uint32_t max = slots > 1 ? slots / 2 : 1;
+    r->threshold = threshold < 1 ? 1 : threshold > max ? max : threshold;
+    r->emit = emit;
+    /* each doorbell in the queue announces at least one block and the queue is drained once
+     * `threshold` blocks wait, so threshold + 1 entries suffice; keep a margin */
+    r->q_cap = r->threshold + 2;
+    r->q_pi = calloc(r->q_cap, sizeof(uint64_t));
+    r->q_ts = calloc(r->q_cap, sizeof(uint64_t));
+    if (!r->q_pi || !r->q_ts) {
+        free(r->q_pi);
+        free(r->q_ts);
+        return -1;
+    }
+    r->live = live ? live : &r->priv;
+    r->copies = &r->own_copies;
+    r->syncs = &r->own_syncs;
+    return 0;
+}
+
+void wqe_rec_fini(struct wqe_rec *r)
+{
+    free(r->q_pi);
+    free(r->q_ts);
+    r->q_pi = r->q_ts = NULL;
+}
+
+/* ---- records ---------------------------------------------------------------------------- */
+
+static void emit_loss(struct wqe_rec *r, uint64_t first, uint64_t n, uint64_t ts)
+{
+    if (!n)
+        return;
+    r->live->wqe_losses += n;
+    if (!r->emit)
+        return;
+    struct st_record rec = {0};
+    rec.ts = ts;
+    rec.type = ST_REC_WQE_LOSS;
+    rec.qpn = r->qpn;
+    rec.aux32 = (uint32_t)first;
+    rec.len = n > UINT32_MAX ? UINT32_MAX : (uint32_t)n;
+    db_emit(&rec);
+}
+
+static void emit_wqe(struct wqe_rec *r, const struct wqe_info *w, uint64_t ts)
+{
+    struct st_live_qp *l = r->live;
+    l->wqes++;
+    l->wqe_bytes += w->bytes;
+    l->wqe_ops[w->opcode & (ST_LIVE_MLX5_OPS - 1)]++;
+    l->wqe_op_bytes[w->opcode & (ST_LIVE_MLX5_OPS - 1)] += w->bytes;
+    if (!r->emit)
+        return;
+    struct st_record rec = {0};
+    rec.ts = ts;
+    rec.type = ST_REC_WQE;
+    rec.flags = w->flags | (w->trunc ? ST_F_TRUNC : 0);
+    rec.op = w->opcode;
+    rec.aux = w->ds;
+    rec.qpn = r->qpn;
+    rec.len = w->bytes;
+    rec.key = w->rkey;
+    rec.addr = w->raddr;
+    rec.extra = ((uint64_t)w->opmod << 32) | w->imm;
+    rec.aux32 = (uint32_t)w->idx;
+    db_emit(&rec);
+    if (w->has_av) {
+        struct st_record av = {0};
+        av.ts = ts;
+        av.type = ST_REC_WQE_AV;
+        av.flags = ST_F_CONT;
+        av.qpn = r->qpn;
+        av.aux32 = w->av_qpn;
+        av.extra = w->dc_key;
+        db_emit(&av);
+    }
+    if (w->has_atomic) {
+        struct st_record at = {0};
+        at.ts = ts;
+        at.type = ST_REC_WQE_ATOMIC;
+        at.flags = ST_F_CONT;
+        at.qpn = r->qpn;
+        at.addr = w->compare;
+        at.extra = w->swap_add;
+        at.aux32 = (uint32_t)w->idx;
+        db_emit(&at);
+    }
+    for (uint32_t i = 0; i < w->nseg; i++) {
+        struct st_record s = {0};
+        s.ts = ts;
+        s.type = ST_REC_WQE_SEG;
+        s.flags = ST_F_CONT | (w->seg[i].is_inline ? ST_F_INLINE : 0);
+        s.aux = (uint8_t)i;
+        s.qpn = r->qpn;
+        s.len = w->seg[i].len;
+        s.key = w->seg[i].lkey;
+        s.addr = w->seg[i].addr;
+        s.aux32 = (uint32_t)w->idx;
+        db_emit(&s);
+    }
+}
+
+/* ---- doorbell time queue ------------------------------------------------------------------ */
+
+static void q_push(struct wqe_rec *r, uint64_t pi, uint64_t ts)
+{
+    uint32_t at = (r->q_head + r->q_len) % r->q_cap;
+    r->q_pi[at] = pi;
+    r->q_ts[at] = ts;
+    r->q_len++;
+}
+
+/* The time of the doorbell that announced block `idx`: drop doorbells that ended at or before it. */
+static uint64_t q_time_of(struct wqe_rec *r, uint64_t idx, uint64_t fallback)
+{
+    while (r->q_len > 1 && r->q_pi[r->q_head] <= idx) {
+        r->q_head = (r->q_head + 1) % r->q_cap;
+        r->q_len--;
+    }
+    return r->q_len ? r->q_ts[r->q_head] : fallback;
+}
+
+static void q_drop_upto(struct wqe_rec *r, uint64_t pi)
+{
+    while (r->q_len && r->q_pi[r->q_head] <= pi) {
+        r->q_head = (r->q_head + 1) % r->q_cap;
+        r->q_len--;
+    }
+}
+
+/* ---- copies, sync, parse ------------------------------------------------------------------ */
+
+/* Copy blocks [from, to) (at most one ring) into the mirror: one copy, two where the range wraps. */
+static void copy_range(struct wqe_rec *r, uint64_t from, uint64_t to)
+{
+    while (from < to) {
+        uint32_t slot = (uint32_t)(from & (r->slots - 1));
+        uint64_t n = to - from;
+        if (n > r->slots - slot)
+            n = r->slots - slot;
+        size_t off = (size_t)slot << MLX5_BB_SHIFT;
+        if (r->cp->copy(r->cp, r->mirror + off, r->sq_addr + off, (size_t)n << MLX5_BB_SHIFT) != 0) {
+            if (r->copy_errors++ == 0)
+                db_error("wqe_recovery", "copy of %llu send-queue blocks of qp 0x%x failed; they will be counted as lost",
+                         (unsigned long long)n, r->qpn);
+        }
+        (*r->copies)++;
+        from += n;
+    }
+}
+
+static void sync_copies(struct wqe_rec *r)
+{
+    if (!r->cp->async)
+        return;
+    if (r->cp->sync(r->cp) != 0 && r->copy_errors++ == 0)
+        db_error("wqe_recovery", "synchronising send-queue copies of qp 0x%x failed", r->qpn);
+    (*r->syncs)++;
+}
+
+/* Account for blocks [parsed, upto): WQEs that check out, runs of blocks that do not as losses. */
+static void parse_upto(struct wqe_rec *r, uint64_t upto)
+{
+    struct wqe_info w;
+    uint64_t p = r->parsed, loss_from = 0, loss_n = 0, loss_ts = 0;
+    while (p < upto) {
+        uint64_t ts = q_time_of(r, p, 0);
+        int n = wqe_parse(r->mirror, r->slots, p, upto, r->st, &w);
+        if (n > 0) {
+            emit_loss(r, loss_from, loss_n, loss_ts);
+            loss_n = 0;
+            emit_wqe(r, &w, ts);
+            p += (uint64_t)n;
+        } else {
+            /* not the WQE the producer index says is here (overwritten before the copy, never
+             * written, or a copy failed): count one block and look at the next */
+            if (!loss_n) {
+                loss_from = p;
+                loss_ts = ts;
+            }
+            loss_n++;
+            p++;
+        }
+    }
+    emit_loss(r, loss_from, loss_n, loss_ts);
+    r->parsed = upto;
+    r->live->wqe_pi = upto;
+    q_drop_upto(r, upto);
+}
+
+int wqe_rec_announce(struct wqe_rec *r, uint64_t pi, uint64_t ts)
+{
+    if (pi <= r->pi)
+        return 0;
+    if (r->q_len == r->q_cap) /* cannot happen while threshold holds; keep the queue bounded */
+        wqe_rec_flush(r);
+    if (pi - r->parsed > r->slots) {
+        /* The producer ran more than a whole ring ahead of what was accounted: the oldest blocks
+         * were overwritten before they could be copied.  Account what earlier copies hold, then
+         * the blocks nobody can recover any more. */
+        sync_copies(r);
+        parse_upto(r, r->copied);
+        uint64_t keep = pi - r->slots;
+        if (keep > r->parsed) {
+            emit_loss(r, r->parsed, keep - r->parsed, ts);
+            r->parsed = r->copied = keep;
+            r->live->wqe_pi = keep;
+            q_drop_upto(r, keep);
+        }
+    }
+    q_push(r, pi, ts);
+    r->pi = pi;
+    copy_range(r, r->copied, pi);
+    r->copied = pi;
+    if (pi - r->parsed >= r->threshold) {
+        sync_copies(r);
+        parse_upto(r, pi);
+        return 1;
+    }
+    return 0;
+}
+
+void wqe_rec_flush(struct wqe_rec *r)
+{
+    if (r->parsed == r->pi)
+        return;
+    if (r->copied < r->pi) {
+        copy_range(r, r->copied, r->pi);
+        r->copied = r->pi;
+    }
+    sync_copies(r);
+    parse_upto(r, r->pi);
+}

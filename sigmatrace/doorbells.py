@@ -1,0 +1,64 @@
+"""Settings of the GPU doorbell hijack (options of spawn, attach and demo) for the runtime.
+
+The runtime keys: `doorbells` (off | forward | wqe), `wqe_batch`, `repeater_cpus`, and for
+experiments `repeater_threads`, `repeater_spin_us`, `repeater_pause_us`, `repeater_sleep_us`,
+`repeater_max_sleep_us` (see native/runtime/repeater.h and docs/doorbells.md).
+"""
+from __future__ import annotations
+
+import os
+
+from .errors import UsageError
+
+MODES = ("wqe", "forward")
+DEFAULT_WQE_BATCH = 128
+
+
+def parse_cpu_list(text: str) -> list[int]:
+    """"2,3,8-11" -> [2, 3, 8, 9, 10, 11]; a clear error for anything else."""
+    cpus: list[int] = []
+    for part in text.split(","):
+        part = part.strip()
+        lo, sep, hi = part.partition("-")
+        try:
+            a = int(lo)
+            b = int(hi) if sep else a
+        except ValueError:
+            raise UsageError(f"--repeater-cpus: '{text}' is not a CPU list", hint="e.g. 2,3 or 8-11") from None
+        if a < 0 or b < a:
+            raise UsageError(f"--repeater-cpus: bad range '{part}'", hint="e.g. 2,3 or 8-11")
+        cpus.extend(range(a, b + 1))
+    usable = os.sched_getaffinity(0)
+    missing = [c for c in cpus if c not in usable]
+    if missing:
+        raise UsageError(f"--repeater-cpus: CPU(s) {', '.join(map(str, missing))} are not available here",
+                         hint=f"this process may use CPUs {_ranges(sorted(usable))}")
+    return cpus
+
+
+def _ranges(cpus: list[int]) -> str:
+    out, start = [], None
+    for i, c in enumerate(cpus):
+        if start is None:
+            start = c
+        if i + 1 == len(cpus) or cpus[i + 1] != c + 1:
+            out.append(str(start) if start == c else f"{start}-{c}")
+            start = None
+    return ",".join(out)
+
+
+def doorbell_settings(doorbells: str = "wqe", no_doorbells: bool = False, repeater_cpus: str | None = None,
+                      wqe_batch: int | None = None) -> tuple[str, dict[str, str]]:
+    """(doorbell mode, extra runtime keys) from the command-line options."""
+    mode = (doorbells or "wqe").lower()
+    if mode not in MODES:
+        raise UsageError(f"--doorbells takes wqe or forward, not '{doorbells}'",
+                         hint="--no-doorbells turns the substitution off")
+    extra: dict[str, str] = {}
+    if repeater_cpus:
+        extra["repeater_cpus"] = _ranges(sorted(set(parse_cpu_list(repeater_cpus))))
+    if wqe_batch is not None:
+        if wqe_batch < 1:
+            raise UsageError("--wqe-batch must be at least 1")
+        extra["wqe_batch"] = str(wqe_batch)
+    return ("off" if no_doorbells else mode), extra

@@ -1,0 +1,466 @@
+/* Repeater + WQE recovery under threads that play the GPU and the NIC.
+ *
+ * "GPU" threads build WQEs with the example's own code (examples/gda/gda_wqe.h) in a send queue
+ * and ring doorbells into a watched page; the repeater forwards to a "register" page that a "NIC"
+ * thread watches; the NIC reads the announced WQEs straight from the queue, checks them and
+ * reports them done, which is what lets the GPU reuse slots.  Copies into the recovery mirror go
+ * through a test copier that can defer every copy to the sync (the worst case for overwrites) or
+ * hold the repeater inside a copy while the GPU laps the ring.
+ *
+ * Every record is checked as it is emitted: WQE and WQE_LOSS records of a QP must cover its
+ * basic blocks in order, each exactly once, and each WQE must carry the fields the GPU wrote.
+ * Prints one JSON object; the pytest side asserts exact numbers.
+ */
+#include <getopt.h>
+#include <inttypes.h>
+#include <pthread.h>
+#include <sched.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "db_env.h"
+#include "db_env_test.h"
+#include "repeater.h"
+
+#include "gda_wqe.h"
+
+#define MAXQ 16
+
+struct expect {
+    uint32_t idx; /* 32-bit block counter */
+    uint8_t opcode, nbb, signaled, nseg;
+    uint32_t len, rkey, lkey;
+    uint64_t raddr, laddr, add;
+};
+
+struct qstate {
+    uint32_t qpn;
+    uint8_t *ring;
+    uint64_t *watch, *target; /* 4096-byte pages */
+    struct gda_sq sq;
+    struct expect *exp;
+    uint64_t n_exp;
+    volatile uint32_t posted; /* blocks posted (published to the NIC thread) */
+    volatile uint32_t nic_done;
+    uint64_t rung;
+    /* record checks (under the env lock) */
+    uint64_t acct, cursor, wqe_recs, wqe_ok, wqe_bad, loss_recs, loss_bbs, order_errors;
+    uint64_t db_recs, db_len, seg_recs, atomic_recs, seg_bad, db_bad;
+    uint32_t last_seg_wqe;
+    /* NIC */
+    uint64_t nic_values, nic_bad;
+    struct db_qp dq;
+    struct db_page *pg;
+};
+
+static struct {
+    uint64_t ops;
+    uint32_t kinds[4], nk, batch, slots, qps;
+    int style, burst, overrun, placeholder;
+    int64_t lose_at;
+    const char *copier;
+} opt = {.ops = 1000, .batch = 1, .slots = 64, .qps = 1, .lose_at = -1, .copier = "lazy"};
+
+static struct qstate Q[MAXQ];
+static volatile int nic_stop, gpu_failed;
+
+/* ---- test copier ---------------------------------------------------------------------------- */
+
+struct pending {
+    void *dst;
+    uint64_t src;
+    size_t n;
+};
+static struct {
+    struct db_copier base;
+    int lazy;
+    struct pending *p;
+    size_t n, cap;
+    volatile int hold;      /* the next copy blocks until released */
+    volatile int holding;
+    uint64_t copies, syncs, bytes;
+} tc;
+
+static int tc_copy(struct db_copier *c, void *dst, uint64_t src, size_t n)
+{
+    (void)c;
+    if (tc.hold) {
+        tc.hold = 0;
+        tc.holding = 1;
+        for (int i = 0; tc.holding && i < 10000; i++)
+            usleep(1000);
+    }
+    tc.copies++;
+    tc.bytes += n;
+    if (!tc.lazy) {
+        memcpy(dst, (void *)(uintptr_t)src, n);
+        return 0;
+    }
+    if (tc.n == tc.cap) {
+        tc.cap = tc.cap ? tc.cap * 2 : 256;
+        tc.p = realloc(tc.p, tc.cap * sizeof(*tc.p));
+    }
+    tc.p[tc.n++] = (struct pending){dst, src, n};
+    return 0;
+}
+
+static int tc_sync(struct db_copier *c)
+{
+    (void)c;
+    for (size_t i = 0; i < tc.n; i++)
+        memcpy(tc.p[i].dst, (void *)(uintptr_t)tc.p[i].src, tc.p[i].n);
+    tc.n = 0;
+    tc.syncs++;
+    return 0;
+}
+
+static struct db_copier *tc_for(void *owner, void *ctx)
+{
+    (void)owner;
+    (void)ctx;
+    return &tc.base;
+}
+static void *tc_alloc(struct db_copier *c, size_t n)
+{
+    (void)c;
+    return calloc(1, n);
+}
+static void tc_free(struct db_copier *c, void *p)
+{
+    (void)c;
+    free(p);
+}
+static const struct db_copier_ops tc_ops = {tc_for, tc_alloc, tc_free};
+
+/* ---- record checks -------------------------------------------------------------------------- */
+
+static struct qstate *q_of(uint32_t qpn)
+{
+    for (uint32_t i = 0; i < opt.qps; i++)
+        if (Q[i].qpn == qpn)
+            return &Q[i];
+    return NULL;
+}
+
+static void on_record(const struct st_record *r)
+{
+    struct qstate *q = q_of(r->qpn);
+    if (!q)
+        return;
+    switch (r->type) {
+    case ST_REC_DOORBELL: {
+        q->db_recs++;
+        q->db_len += r->len;
+        struct db_value v = db_decode(r->extra);
+        if (v.qpn != q->qpn || r->aux32 != v.next || r->key != (uint32_t)q->pg->index)
+            q->db_bad++;
+        break;
+    }
+    case ST_REC_WQE: {
+        q->wqe_recs++;
+        if ((uint32_t)r->aux32 != (uint32_t)q->acct) {
+            q->order_errors++;
+            break;
+        }
+        while (q->cursor < q->n_exp && q->exp[q->cursor].idx < (uint32_t)q->acct)
+            q->cursor++;
+        const struct expect *e = q->cursor < q->n_exp ? &q->exp[q->cursor] : NULL;
+        if (e && e->idx == r->aux32 && e->opcode == r->op && e->len == r->len && e->rkey == r->key &&
+            e->raddr == r->addr && ((r->flags & ST_F_SIGNALED) != 0) == e->signaled &&
+            r->aux == (e->opcode == GDA_OP_ATOMIC_FA ? 4 : e->nseg == 3 ? 5 : 3)) {
+            q->wqe_ok++;
+            q->acct += e->nbb;
+        } else {
+            q->wqe_bad++;
+            q->acct += e ? e->nbb : 1;
+        }
+        q->last_seg_wqe = r->aux32;
+        break;
+    }
+    case ST_REC_WQE_SEG: {
+        q->seg_recs++;
+        const struct expect *e = q->cursor < q->n_exp ? &q->exp[q->cursor] : NULL;
+        if (!e || r->aux32 != e->idx || !(r->flags & ST_F_CONT) || r->key != e->lkey ||
+            r->addr != e->laddr + (uint64_t)r->aux * 16)
+            q->seg_bad++;
+        break;
+    }
+    case ST_REC_WQE_ATOMIC: {
+        q->atomic_recs++;
+        const struct expect *e = q->cursor < q->n_exp ? &q->exp[q->cursor] : NULL;
+        if (!e || r->extra != e->add || r->addr != 0)
+            q->seg_bad++;
+        break;
+    }
+    case ST_REC_WQE_LOSS:
+        q->loss_recs++;
+        if ((uint32_t)r->aux32 != (uint32_t)q->acct)
+            q->order_errors++;
+        q->loss_bbs += r->len;
+        q->acct += r->len;
+        break;
+    default:
+        break;
+    }
+}
+
+/* ---- the NIC -------------------------------------------------------------------------------- */
+
+static void *nic_main(void *arg)
+{
+    (void)arg;
+    uint64_t last[MAXQ] = {0};
+    uint32_t turns = 0;
+    while (!nic_stop) {
+        int busy = 0;
+        for (uint32_t i = 0; i < opt.qps; i++) {
+            struct qstate *q = &Q[i];
+            uint64_t v = __atomic_load_n(q->target, __ATOMIC_ACQUIRE);
+            if (v == last[i])
+                continue;
+            last[i] = v;
+            busy = 1;
+            q->nic_values++;
+            struct db_value d = db_decode(v);
+            uint32_t done = q->nic_done;
+            uint32_t upto = done + (uint16_t)(d.next - (uint16_t)done);
+            if (d.qpn != q->qpn || upto - done > 0x8000u) {
+                q->nic_bad++;
+                continue;
+            }
+            if (!opt.overrun) /* the NIC reads the WQE it is told about: it must be there */
+                for (uint32_t b = done; b < upto;) {
+                    uint8_t *c = q->ring + ((b & (q->sq.slots - 1)) << 6);
+                    uint32_t w0 = __builtin_bswap32(*(uint32_t *)c), w1 = __builtin_bswap32(*(uint32_t *)(c + 4));
+                    if ((uint16_t)(w0 >> 8) != (uint16_t)b || (w1 >> 8) != q->qpn) {
+                        q->nic_bad++;
+                        break;
+                    }
+                    b += ((w1 & 0x3f) * 16 + 63) / 64;
+                }
+            __atomic_store_n(&q->nic_done, upto, __ATOMIC_RELEASE);
+        }
+        if (!busy && (++turns & 63) == 0)
+            sched_yield();
+    }
+    return NULL;
+}
+
+/* ---- the GPU -------------------------------------------------------------------------------- */
+
+static int wait_until(volatile uint32_t *v, uint32_t want_at_least_delta_base, uint32_t need)
+{
+    /* wait until (int32)(*v - base) >= need, 10 s at most */
+    for (long spins = 0;; spins++) {
+        if ((int32_t)(__atomic_load_n(v, __ATOMIC_ACQUIRE) - want_at_least_delta_base) >= (int32_t)need)
+            return 0;
+        if ((spins & 255) == 255) {
+            sched_yield();
+            if (spins > 200000000L)
+                return -1;
+        }
+    }
+}
+
+static void *gpu_main(void *arg)
+{
+    struct qstate *q = arg;
+    uint32_t in_batch = 0;
+    for (uint64_t k = 0; k < opt.ops; k++) {
+        uint32_t kind = opt.kinds[k % opt.nk];
+        uint64_t i = k / opt.nk;
+        uint32_t nbb = kind == 8 ? 2 : 1;
+        /* overrun: from the first doorbell (which the repeater is held on) until the ring was
+         * lapped, the GPU neither waits for room nor for completion */
+        int hold_phase = opt.overrun && k < 1 + (uint64_t)opt.overrun * opt.slots;
+        if (!hold_phase && wait_until(&q->nic_done, q->sq.pi + nbb - opt.slots, 0)) {
+            gpu_failed = 1;
+            return NULL;
+        }
+        int last = ++in_batch == opt.batch || k + 1 == opt.ops;
+        struct expect *e = &q->exp[k];
+        e->idx = q->sq.pi;
+        e->nbb = (uint8_t)nbb;
+        e->signaled = (uint8_t)last;
+        e->lkey = 0x1000 + q->qpn;
+        e->rkey = 0x2000 + q->qpn;
+        e->laddr = 0x10000000ull + k * 64;
+        e->raddr = 0x20000000ull + k * 64;
+        e->nseg = 1;
+        switch (kind) {
+        case 1:
+            e->opcode = GDA_OP_RDMA_WRITE;
+            e->len = 8u << (i & 3);
+            gda_post_rw(&q->sq, GDA_OP_RDMA_WRITE, e->laddr, e->lkey, e->raddr, e->rkey, e->len, last);
+            break;
+        case 2:
+            e->opcode = GDA_OP_RDMA_READ;
+            e->len = 8u << (i & 3);
+            gda_post_rw(&q->sq, GDA_OP_RDMA_READ, e->laddr, e->lkey, e->raddr, e->rkey, e->len, last);
+            break;
+        case 4:
+            e->opcode = GDA_OP_ATOMIC_FA;
+            e->len = 8;
+            e->add = k + 1;
+            gda_post_fadd(&q->sq, e->laddr, e->lkey, e->raddr, e->rkey, e->add, last);
+            break;
+        default:
+            e->opcode = GDA_OP_RDMA_WRITE;
+            e->len = 48;
+            e->nseg = 3;
+            gda_post_writev(&q->sq, e->laddr, e->lkey, 16, e->raddr, e->rkey, 16, 3, last);
+            break;
+        }
+        q->n_exp = k + 1;
+        if (last) {
+            if (opt.lose_at >= 0 && (int64_t)k == opt.lose_at) {
+                /* the controller goes away: once every earlier doorbell is on record, recording
+                 * stops; this doorbell and all later ones must still be forwarded */
+                for (int w = 0; __atomic_load_n(&q->db_recs, __ATOMIC_ACQUIRE) < q->rung && w < 10000; w++)
+                    usleep(1000);
+                __atomic_store_n(&test_env.recording, 0, __ATOMIC_RELEASE);
+            }
+            if (opt.overrun && k == 0)
+                tc.hold = 1; /* the repeater will sit in the copy for this doorbell */
+            gda_ring(&q->sq);
+            q->rung++;
+            in_batch = 0;
+            if (opt.overrun && k == 0) /* lap the ring only once the repeater sits in the copy */
+                for (int w = 0; !tc.holding && w < 10000; w++)
+                    usleep(1000);
+            __atomic_store_n(&q->posted, q->sq.pi, __ATOMIC_RELEASE);
+            if (opt.overrun && k + 1 == 1 + (uint64_t)opt.overrun * opt.slots)
+                tc.holding = 0; /* lapped the ring: let the repeater go */
+            if (!opt.burst && !hold_phase && wait_until(&q->nic_done, q->sq.pi, 0)) {
+                gpu_failed = 1;
+                return NULL;
+            }
+        }
+    }
+    if (wait_until(&q->nic_done, q->sq.pi, 0))
+        gpu_failed = 1;
+    return NULL;
+}
+
+static int parse_kinds(const char *s)
+{
+    opt.nk = 0;
+    char buf[128];
+    snprintf(buf, sizeof(buf), "%s", s);
+    for (char *sv = NULL, *t = strtok_r(buf, ",", &sv); t && opt.nk < 4; t = strtok_r(NULL, ",", &sv))
+        opt.kinds[opt.nk++] = !strcmp(t, "write") ? 1 : !strcmp(t, "read") ? 2 : !strcmp(t, "fadd") ? 4 : 8;
+    return opt.nk ? 0 : -1;
+}
+
+int main(int argc, char **argv)
+{
+    static const struct option lo[] = {{"ops", 1, 0, 'n'},     {"kinds", 1, 0, 'k'},  {"batch", 1, 0, 'b'},
+                                       {"slots", 1, 0, 's'},   {"qps", 1, 0, 'q'},    {"style", 1, 0, 'y'},
+                                       {"copier", 1, 0, 'c'},  {"burst", 0, 0, 'u'},  {"overrun", 1, 0, 'o'},
+                                       {"cfg", 1, 0, 'C'},     {"aggregate", 0, 0, 'a'}, {"forward", 0, 0, 'f'},
+                                       {"lose-at", 1, 0, 'l'}, {"placeholder", 0, 0, 'p'}, {"verbose", 0, 0, 'v'},
+                                       {0, 0, 0, 0}};
+    int mode = ST_DB_WQE, c;
+    parse_kinds("write,read,fadd");
+    while ((c = getopt_long(argc, argv, "", lo, NULL)) != -1) {
+        switch (c) {
+        case 'n': opt.ops = strtoull(optarg, NULL, 0); break;
+        case 'k': if (parse_kinds(optarg)) return 2; break;
+        case 'b': opt.batch = (uint32_t)atoi(optarg); break;
+        case 's': opt.slots = (uint32_t)atoi(optarg); break;
+        case 'q': opt.qps = (uint32_t)atoi(optarg); break;
+        case 'y': opt.style = !strcmp(optarg, "last") ? GDA_DB_LAST : GDA_DB_NEXT; break;
+        case 'c': opt.copier = optarg; break;
+        case 'u': opt.burst = 1; break;
+        case 'o': opt.overrun = atoi(optarg); break;
+        case 'C': test_env_config(optarg); break;
+        case 'a': test_env.records = 0; break;
+        case 'f': mode = ST_DB_FORWARD; break;
+        case 'l': opt.lose_at = atoll(optarg); break;
+        case 'p': opt.placeholder = 1; break;
+        case 'v': test_env.verbose = 1; break;
+        default: return 2;
+        }
+    }
+    if (opt.qps > MAXQ || opt.batch < 1 || opt.batch * 2 > opt.slots)
+        return 2;
+    tc.base = (struct db_copier){tc_copy, tc_sync, 1};
+    tc.lazy = strcmp(opt.copier, "eager") != 0;
+    int host = !strcmp(opt.copier, "host");
+    db_set_copier_ops(&tc_ops, NULL);
+    test_env.on_record = on_record;
+
+    struct db_params p;
+    db_params_load(&p, mode);
+    for (uint32_t i = 0; i < opt.qps; i++) {
+        struct qstate *q = &Q[i];
+        q->qpn = 0x200 + i;
+        q->ring = aligned_alloc(4096, (size_t)opt.slots * 64);
+        q->watch = aligned_alloc(4096, 4096);
+        q->target = aligned_alloc(4096, 4096);
+        q->exp = calloc(opt.ops, sizeof(*q->exp));
+        memset(q->ring, 0, (size_t)opt.slots * 64);
+        memset(q->watch, 0, 4096);
+        memset(q->target, 0, 4096);
+        q->sq = (struct gda_sq){.buf = q->ring, .dbrec = (volatile uint32_t *)(q->target + 128),
+                                .db = (volatile uint64_t *)q->watch, .slots = opt.slots, .qpn = q->qpn,
+                                .db_style = (uint32_t)opt.style};
+        q->pg = db_page_start(&p, q->watch, q->target, NULL);
+        if (!q->pg)
+            return 3;
+        if (!opt.placeholder) {
+            q->dq = (struct db_qp){.qpn = q->qpn, .st = MLX5_ST_RC, .slots = opt.slots,
+                                   .sq_addr = (uint64_t)(uintptr_t)q->ring,
+                                   .sq_mem = host ? DB_MEM_HOST : DB_MEM_GPU, .gpu = host ? -1 : 0,
+                                   .known_start = 1, .repeater = -1};
+            q->dq.live = db_live_qp(q->qpn, ST_QPF_DEVX | (host ? 0 : ST_QPF_GPU_SQ));
+            if (db_page_add_qp(q->pg, &q->dq))
+                return 3;
+        }
+    }
+    pthread_t nic, gpu[MAXQ];
+    pthread_create(&nic, NULL, nic_main, NULL);
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    for (uint32_t i = 0; i < opt.qps; i++)
+        pthread_create(&gpu[i], NULL, gpu_main, &Q[i]);
+    for (uint32_t i = 0; i < opt.qps; i++)
+        pthread_join(gpu[i], NULL);
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    nic_stop = 1;
+    pthread_join(nic, NULL);
+    db_flush_all(5000);
+
+    struct db_stats st;
+    db_stats(&st);
+    double secs = (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) / 1e9;
+    printf("{\"seconds\":%.3f,\"gpu_failed\":%d,\"errors\":%" PRIu64 ",\"copies\":%" PRIu64 ",\"syncs\":%" PRIu64
+           ",\"unknown_qp_doorbells\":%" PRIu64 ",\"backward\":%" PRIu64 ",\"qps\":[",
+           secs, gpu_failed, test_env.errors, tc.copies, tc.syncs, st.unknown_qp_doorbells, st.backward_doorbells);
+    for (uint32_t i = 0; i < opt.qps; i++) {
+        struct qstate *q = &Q[i];
+        struct st_live_qp *l = test_live_qp(q->qpn);
+        struct st_live_repeater *r = q->pg->live;
+        printf("%s{\"qpn\":%u,\"ops\":%" PRIu64 ",\"pi\":%u,\"rung\":%" PRIu64 ",\"nic_values\":%" PRIu64
+               ",\"nic_bad\":%" PRIu64 ",\"nic_done\":%u,\"db_recs\":%" PRIu64 ",\"db_len\":%" PRIu64 ",\"db_bad\":%" PRIu64
+               ",\"wqe_recs\":%" PRIu64 ",\"wqe_ok\":%" PRIu64 ",\"wqe_bad\":%" PRIu64 ",\"seg_recs\":%" PRIu64
+               ",\"atomic_recs\":%" PRIu64 ",\"seg_bad\":%" PRIu64 ",\"loss_recs\":%" PRIu64 ",\"loss_bbs\":%" PRIu64
+               ",\"acct\":%" PRIu64 ",\"order_errors\":%" PRIu64,
+               i ? "," : "", q->qpn, q->n_exp, q->sq.pi, q->rung, q->nic_values, q->nic_bad, q->nic_done, q->db_recs,
+               q->db_len, q->db_bad, q->wqe_recs, q->wqe_ok, q->wqe_bad, q->seg_recs, q->atomic_recs, q->seg_bad,
+               q->loss_recs, q->loss_bbs, q->acct, q->order_errors);
+        if (l)
+            printf(",\"live\":{\"doorbells\":%" PRIu64 ",\"pi\":%" PRIu64 ",\"wqe_pi\":%" PRIu64 ",\"wqes\":%" PRIu64
+                   ",\"wqe_losses\":%" PRIu64 ",\"write\":%" PRIu64 ",\"read\":%" PRIu64 ",\"fadd\":%" PRIu64 "}",
+                   l->doorbells, l->pi, l->wqe_pi, l->wqes, l->wqe_losses, l->wqe_ops[GDA_OP_RDMA_WRITE],
+                   l->wqe_ops[GDA_OP_RDMA_READ], l->wqe_ops[GDA_OP_ATOMIC_FA]);
+        printf(",\"repeater\":{\"doorbells\":%" PRIu64 ",\"forwarded\":%" PRIu64 ",\"copies\":%" PRIu64
+               ",\"syncs\":%" PRIu64 ",\"n_qps\":%u}}",
+               r->doorbells, r->forwarded, r->copies, r->syncs, r->n_qps);
+    }
+    printf("]}\n");
+    return 0;
+}

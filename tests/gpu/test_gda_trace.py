@@ -1,0 +1,271 @@
+"""The GPU-initiated example under `sigmatrace spawn`: the real agent, runtime, CUDA and devx
+hooks, substitution, repeater and WQE recovery, with CPU threads standing in for the GPU on the
+CUDA driver test double and the emulated NIC.  Exact counts from real runs."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+
+from sigmatrace.trace.format import RecFlag, RecType
+
+from gdahelp import BACKEND, _env
+
+OPS = {"write": 0x08, "read": 0x10, "fadd": 0x12}
+
+
+def by_type(recs, t):
+    return recs[recs["type"] == int(t)]
+
+
+def expected_ops(qp: dict, n: int, kinds: list[str], area: int):
+    """(opcode, ds, bytes, local address, remote address, lkey, rkey, add) of each WQE, in order."""
+    lb, rb = qp["lbuf"], qp["rbuf"]
+    out = []
+    for i in range(n):
+        s = i % area
+        for k in kinds:
+            if k == "write":
+                out.append((0x08, 3, 8 << (i % 4), lb + 64 * s, rb + 64 * s, 0))
+            elif k == "read":
+                out.append((0x10, 3, 8 << (i % 4), lb + 64 * area + 64 * s, rb + 64 * area + 64 * s, 0))
+            elif k == "fadd":
+                out.append((0x12, 4, 8, lb + 128 * area + 8 * s, rb + 136 * area, i + 1))
+            else:
+                out.append((0x08, 5, 48, lb + 64 * s, rb + 64 * s, 0))
+    return out
+
+
+def check_qp_trace(recs, qp: dict, n: int, kinds: list[str], area: int = 16, batch: int = 1):
+    qpn = qp["qpn"]
+    mine = recs[recs["qpn"] == qpn]
+    exp = expected_ops(qp, n, kinds, area)
+    nbb = [2 if e[1] == 5 else 1 for e in exp]
+    # doorbells: one per batch, with the right producer index (next free block)
+    db = by_type(mine, RecType.DOORBELL)
+    ends = np.cumsum(nbb)
+    batch_ends = [int(ends[min(len(exp), (b + 1) * batch) - 1]) for b in range(-(-len(exp) // batch))]
+    assert len(db) == len(batch_ends) == qp["doorbells"]
+    assert db["aux32"].tolist() == [e & 0xFFFF for e in batch_ends]
+    assert int(db["len"].sum()) == qp["pi"] == int(ends[-1])
+    assert not (db["flags"] & int(RecFlag.ERR)).any()
+    # WQEs: exact opcode, ds, size, remote address, rkey, in order, none lost
+    w = by_type(mine, RecType.WQE)
+    assert len(w) == len(exp)
+    assert len(by_type(mine, RecType.WQE_LOSS)) == 0
+    assert w["op"].tolist() == [e[0] for e in exp]
+    assert w["aux"].tolist() == [e[1] for e in exp]
+    assert w["len"].tolist() == [e[2] for e in exp]
+    assert w["addr"].tolist() == [e[4] for e in exp]
+    assert set(w["key"].tolist()) == {qp["rkey"]}
+    assert w["aux32"].tolist() == (np.concatenate([[0], ends[:-1]])).tolist()
+    sig = (w["flags"] & int(RecFlag.SIGNALED)) != 0
+    assert sig.sum() == len(batch_ends)
+    # data segments: local address and lkey of each
+    seg = by_type(mine, RecType.WQE_SEG)
+    first = seg[seg["aux"] == 0]
+    assert len(first) == len(exp)
+    assert first["addr"].tolist() == [e[3] for e in exp]
+    assert set(first["key"].tolist()) == {qp["lkey"]}
+    at = by_type(mine, RecType.WQE_ATOMIC)
+    assert at["extra"].tolist() == [e[5] for e in exp if e[0] == 0x12]
+
+
+@pytest.mark.parametrize("kinds", [["write"], ["read"], ["fadd"], ["write", "read", "fadd", "writev"]])
+def test_n_operations_of_each_kind(gda_run, kinds):
+    n = 300
+    r = gda_run(["--mode", "ops", "-n", str(n), "--ops", ",".join(kinds), "--qps", "2"])
+    recs = r.records()
+    assert len(r.summary["qps"]) == 2
+    for qp in r.summary["qps"]:
+        assert qp["doorbells"] == n * len(kinds)
+        check_qp_trace(recs, qp, n, kinds)
+    rep = r.report()
+    assert rep["doorbells"] == 2 * n * len(kinds)
+    assert rep["wqes"] == 2 * n * len(kinds)
+    assert rep["wqe_losses"] == 0
+    want = {"RDMA_WRITE": 0, "RDMA_READ": 0, "ATOMIC_FA": 0}
+    for k in kinds:
+        want[{"write": "RDMA_WRITE", "writev": "RDMA_WRITE", "read": "RDMA_READ", "fadd": "ATOMIC_FA"}[k]] += 2 * n
+    assert rep["wqe_ops"] == {k: v for k, v in want.items() if v}
+    assert len(rep["uars"]["watched"]) == 2 and rep["uars"]["unwatched"] == []
+    # the program got our pages, and its results are those of an untraced run (verified by it)
+    assert all(q["db_dptr"] != q["uar_reg_addr"] for q in r.summary["qps"])
+
+
+def test_untraced_example_is_unchanged(gda_run):
+    r = gda_run(["--mode", "ops", "-n", "200", "--ops", "write,read,fadd,writev", "--qps", "2"], traced=False)
+    assert all(q["db_dptr"] == q["uar_reg_addr"] for q in r.summary["qps"])  # the driver's own pointer
+    assert all(q["doorbells"] == 800 and q["cqes"] == 800 for q in r.summary["qps"])
+
+
+@pytest.mark.parametrize("threshold,slots", [(1, 64), (128, 256), (128, 64), (64, 64)])
+def test_batch_thresholds(gda_run, threshold, slots):
+    """Batch thresholds 1, 128 and the ring size (clamped to half the ring): the same exact trace."""
+    n = 200
+    r = gda_run(["--mode", "ops", "-n", str(n), "--ops", "write,fadd", "--batch", "4", "--slots", str(slots)],
+                spawn_args=["--wqe-batch", str(threshold)])
+    recs = r.records()
+    check_qp_trace(recs, r.summary["qps"][0], n, ["write", "fadd"], batch=4)
+    rep = r.report()
+    assert rep["wqes"] == 2 * n and rep["wqe_losses"] == 0
+    rp = rep["repeaters"][0]
+    effective = min(threshold, slots // 2)
+    assert rp["syncs"] >= -(-2 * n // effective)
+
+
+def test_doorbell_with_last_wqe_control_word(gda_run):
+    r = gda_run(["--mode", "ops", "-n", "200", "--ops", "writev,read", "--db-style", "last", "--batch", "3"])
+    check_qp_trace(r.records(), r.summary["qps"][0], 200, ["writev", "read"], batch=3)
+
+
+def test_a_million_operations_through_a_64_slot_ring(gda_run):
+    """Aggregate mode keeps the trace small; the live counters are exact."""
+    n = 1_000_000
+    r = gda_run(["--mode", "rate", "-n", str(n), "--slots", "64", "--batch", "1", "--inline"],
+                spawn_args=["--mode", "aggregate"], timeout=900)
+    q = r.summary["qps"][0]
+    assert q["wqes"] == n and q["pi"] == n & 0xFFFFFFFF
+    rep = r.report()
+    assert rep["wqes"] == n and rep["wqe_losses"] == 0
+    assert rep["wqe_ops"] == {"RDMA_WRITE": n}
+    dq = [x for x in rep["doorbell_qps"] if x["qpn"] == q["qpn"]][0]
+    assert dq["pi"] == n and dq["lag"] == 0
+    assert rep["doorbells"] <= n  # coalesced values are fewer, never more
+
+
+def test_coalesced_doorbells_account_every_wqe(gda_run):
+    """One doorbell per WQE as fast as the thread can: the repeater sees fewer values than were
+    rung, and still every WQE once, in order."""
+    n = 20000
+    r = gda_run(["--mode", "rate", "-n", str(n), "--slots", "256", "--batch", "1"])
+    q = r.summary["qps"][0]
+    recs = r.records()
+    mine = recs[recs["qpn"] == q["qpn"]]
+    db = by_type(mine, RecType.DOORBELL)
+    w = by_type(mine, RecType.WQE)
+    assert q["doorbells"] == n
+    assert len(db) <= n and int(db["len"].sum()) == n
+    assert np.all(np.diff(db["aux32"].astype(np.int64)) % 65536 == db["len"][1:].astype(np.int64) % 65536)
+    assert len(w) == n and w["aux32"].tolist() == list(range(n))
+    assert len(by_type(mine, RecType.WQE_LOSS)) == 0
+
+
+def test_forward_mode_and_no_doorbells(gda_run):
+    r = gda_run(["--mode", "ops", "-n", "150", "--ops", "write,read"], spawn_args=["--doorbells", "forward"])
+    recs = r.records()
+    assert len(by_type(recs, RecType.DOORBELL)) == 300
+    assert len(by_type(recs, RecType.WQE)) == 0
+    rep = r.report()
+    assert rep["doorbells"] == 300 and rep["wqes"] == 0 and rep["doorbell_mode"] == "forward"
+
+    r = gda_run(["--mode", "ops", "-n", "150", "--ops", "write,read"], spawn_args=["--no-doorbells"])
+    assert all(q["db_dptr"] == q["uar_reg_addr"] for q in r.summary["qps"])
+    rep = r.report()
+    assert rep["doorbells"] == 0 and rep["repeaters"] == []
+    kinds = {ev["ev"] for ev in r.cold()}
+    assert "devx_qp_create" in kinds and "cu_host_register" in kinds  # still tracked
+
+
+def test_driver_reached_through_cuGetProcAddress(gda_run):
+    r = gda_run(["--mode", "ops", "-n", "100", "--ops", "write", "--resolve", "procaddress"])
+    check_qp_trace(r.records(), r.summary["qps"][0], 100, ["write"])
+    cold = r.cold()
+    assert any(ev["ev"] == "cu_proc_address" and ev["symbol"] == "cuMemHostGetDevicePointer" for ev in cold)
+    subs = [ev for ev in cold if ev["ev"] == "cu_device_pointer" and ev["substituted"]]
+    assert len(subs) == 1
+
+
+def test_state_tracking_events(gda_run):
+    r = gda_run(["--mode", "ops", "-n", "10", "--ops", "write", "--slots", "128"])
+    cold = r.cold()
+    q = r.summary["qps"][0]
+    creates = {ev["qpn"]: ev for ev in cold if ev["ev"] == "devx_qp_create"}
+    c = creates[q["qpn"]]
+    assert c["st"] == "RC" and c["sq_slots"] == 128 and c["log_sq_size"] == 7 and c["mem"] == "gpu"
+    umems = [ev for ev in cold if ev["ev"] == "devx_umem_reg"]
+    assert {ev["fn"] for ev in umems} == {"mlx5dv_devx_umem_reg", "mlx5dv_devx_umem_reg_ex"}
+    assert all(ev["mem"] == "gpu" for ev in umems)
+    rtr = [ev for ev in cold if ev["ev"] == "devx_qp_modify" and ev["op"] == "INIT2RTR" and ev["qpn"] == q["qpn"]]
+    assert len(rtr) == 1 and rtr[0]["remote_qpn"] == q["peer_qpn"]
+    uars = [ev for ev in cold if ev["ev"] == "devx_uar_alloc"]
+    assert len(uars) == 2 and {ev["reg_addr"] for ev in uars} >= {q["uar_reg_addr"]}
+    regs = [ev for ev in cold if ev["ev"] == "cu_host_register" and ev["uar"]]
+    assert len(regs) == 1 and regs[0]["addr"] == q["uar_reg_addr"] & ~4095
+    dq = [x for x in r.report()["doorbell_qps"] if x["qpn"] == q["qpn"]][0]
+    assert dq["remote_qpn"] == q["peer_qpn"] and dq["sq_slots"] == 128 and dq["gpu"] == 0
+
+
+def test_controller_killed_mid_run_program_completes(tmp_path):
+    """SIGKILL the controller while doorbells flow: the program completes with verified results,
+    the repeater kept forwarding, and what was recorded reads back."""
+    from sigmatrace import gda
+    from sigmatrace.trace.reader import TraceDir
+
+    summary, trace = tmp_path / "s.json", tmp_path / "t"
+    argv = [sys.executable, "-m", "sigmatrace.cli.main", "spawn", "--quiet", "--out", str(trace), "--",
+            str(gda.binary(BACKEND)), "--mode", "ops", "-n", "40000", "--ops", "write,fadd", "--json", str(summary),
+            "--quiet", "--timeout", "120"]
+    ctl = subprocess.Popen(argv, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            live = list(trace.glob("p*/live.bin"))
+            if live:
+                snap = TraceDir(trace).processes[0].live()
+                if snap is not None and len(snap.repeaters) and int(snap.repeaters[0]["doorbells"]) > 1000:
+                    break
+            time.sleep(0.05)
+        else:
+            pytest.fail("no doorbells flowed")
+        ctl.send_signal(signal.SIGKILL)
+        ctl.wait(timeout=30)
+        # the program is the controller's child; it goes on by itself
+        deadline = time.monotonic() + 240
+        while not summary.exists() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        time.sleep(0.5)
+        s = json.loads(summary.read_text())
+    finally:
+        if ctl.poll() is None:
+            ctl.kill()
+    assert s["verify"]["ok"] and s["qps"][0]["doorbells"] == 80000
+    p = TraceDir(trace).processes[0]
+    snap = p.live()
+    assert int(snap.header["state"]) == 3  # controller lost
+    rep = snap.repeaters[0]
+    assert int(rep["forwarded"]) == int(rep["doorbells"]) > 0
+    # every doorbell after the loss was still forwarded: the repeater saw the program's last one
+    qp = [q for q in snap.qps if int(q["qpn"]) == s["qps"][0]["qpn"]][0]
+    assert int(qp["pi"]) == s["qps"][0]["pi"]
+    recs = np.concatenate([st.read() for st in p.streams()])
+    assert 0 < len(recs[recs["type"] == int(RecType.DOORBELL)]) < 80000
+
+
+def test_demo_runs_and_prints_the_report(tmp_path):
+    env = _env()
+    p = subprocess.run([sys.executable, "-m", "sigmatrace.cli.main", "demo", "--backend", BACKEND, "--out",
+                        str(tmp_path / "demo"), "-n", "100"], env=env, capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stderr[-3000:]
+    assert "GPU doorbells" in p.stdout and "results verified" in p.stdout
+    rep = subprocess.run([sys.executable, "-m", "sigmatrace.cli.main", "report", "--json", str(tmp_path / "demo")],
+                         env=env, capture_output=True, text=True, timeout=120)
+    r = json.loads(rep.stdout)
+    assert r["wqes"] == 2 * 100 * 4 and r["wqe_losses"] == 0
+    assert r["wqe_ops"] == {"RDMA_WRITE": 400, "RDMA_READ": 200, "ATOMIC_FA": 200}
+    assert r["doorbells"] == 2 * 100 * 4 // 4
+
+
+@pytest.mark.skipif(BACKEND != "gpu", reason="the CUDA runtime needs a GPU: run with SIGMATRACE_GDA_BACKEND=gpu on the device machine")
+def test_runtime_api_callers_are_caught(gda_run):
+    """cudaHostRegister / cudaHostGetDevicePointer reach the driver through cuGetProcAddress."""
+    r = gda_run(["--mode", "ops", "-n", "200", "--ops", "write,read,fadd", "--uar-api", "runtime"])
+    check_qp_trace(r.records(), r.summary["qps"][0], 200, ["write", "read", "fadd"])
+    subs = [ev for ev in r.cold() if ev["ev"] == "cu_device_pointer" and ev["substituted"]]
+    assert len(subs) == 1

@@ -1,0 +1,185 @@
+"""The repeater, WQE recovery and WQE parser as C modules, under threads playing the GPU and the NIC
+(tests/gpu/native/test_repeater.c) and on hand-written WQE bytes (test_wqe_parse.c).
+
+No tracer and no emulated NIC here: this is the doorbell path alone, with exact counts.
+"""
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+RUNTIME = ROOT / "native" / "runtime"
+NATIVE = Path(__file__).resolve().parent / "native"
+CFLAGS = ["-O2", "-g", "-Wall", "-Wextra", "-Werror", "-Wno-unused-parameter", "-std=gnu11", "-D_GNU_SOURCE",
+          f"-I{ROOT / 'native' / 'include'}", f"-I{RUNTIME}", f"-I{ROOT / 'examples' / 'gda'}", f"-I{NATIVE}"]
+
+
+@pytest.fixture(scope="module")
+def progs(tmp_path_factory):
+    if not shutil.which("cc"):
+        pytest.fail("a C compiler (cc) is needed to build the unit-test harness")
+    out = tmp_path_factory.mktemp("dbtest")
+    builds = {
+        "test_repeater": [NATIVE / "test_repeater.c", NATIVE / "db_env_test.c", RUNTIME / "repeater.c",
+                          RUNTIME / "wqe_recovery.c", RUNTIME / "wqe_parse.c"],
+        "test_wqe_parse": [NATIVE / "test_wqe_parse.c", RUNTIME / "wqe_parse.c"],
+    }
+    for name, srcs in builds.items():
+        subprocess.run(["cc", *CFLAGS, *map(str, srcs), "-o", str(out / name), "-lpthread"], check=True)
+    return out
+
+
+def run(progs, *args, timeout=120):
+    p = subprocess.run([str(progs / "test_repeater"), *args], capture_output=True, text=True, timeout=timeout,
+                       start_new_session=True)
+    assert p.returncode == 0, p.stderr
+    d = json.loads(p.stdout)
+    assert d["gpu_failed"] == 0, p.stderr
+    return d
+
+
+def assert_all_recovered(q, ops):
+    """Every operation's WQE recorded once, with the fields the GPU wrote, in order, no losses."""
+    assert q["ops"] == ops
+    assert q["wqe_recs"] == q["wqe_ok"] == ops
+    assert q["wqe_bad"] == q["seg_bad"] == q["loss_recs"] == q["loss_bbs"] == 0
+    assert q["order_errors"] == 0
+    assert q["acct"] == q["pi"]
+    assert q["db_len"] == q["pi"]          # doorbell records announce every block exactly once
+    assert q["nic_done"] == q["pi"]        # the NIC got every block: forwarding lost nothing
+    assert q["nic_bad"] == q["db_bad"] == 0
+    live = q["live"]
+    assert live["wqes"] == ops and live["wqe_losses"] == 0
+    assert live["pi"] == live["wqe_pi"] == q["pi"]
+
+
+def test_wqe_parser_on_handwritten_wqes(progs):
+    p = subprocess.run([str(progs / "test_wqe_parse")], capture_output=True, text=True, timeout=30)
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.strip() == "checks 26 failures 0"
+
+
+@pytest.mark.parametrize("threshold,slots,effective", [(1, 64, 1), (128, 256, 128), (128, 64, 32), (64, 64, 32)])
+def test_one_doorbell_per_operation_every_wqe_exact(progs, threshold, slots, effective):
+    """Batch thresholds 1, 128 and the ring size (clamped to half the ring): N operations of each
+    kind rung one per doorbell give exactly N doorbells per kind and every WQE."""
+    n_per_kind = 1000
+    d = run(progs, "--ops", str(3 * n_per_kind), "--kinds", "write,read,fadd", "--slots", str(slots),
+            "--copier", "eager", "--cfg", f"wqe_batch={threshold}")
+    q = d["qps"][0]
+    assert_all_recovered(q, 3 * n_per_kind)
+    assert q["rung"] == q["db_recs"] == q["nic_values"] == 3 * n_per_kind
+    assert q["live"]["doorbells"] == q["repeater"]["forwarded"] == 3 * n_per_kind
+    assert q["live"]["write"] == q["live"]["read"] == q["live"]["fadd"] == n_per_kind
+    assert q["seg_recs"] == 3 * n_per_kind and q["atomic_recs"] == n_per_kind
+    assert q["repeater"]["copies"] == 3 * n_per_kind  # one copy per doorbell: none of them wraps
+    # a sync at least every `effective` blocks (plus the ones made when the queue goes quiet)
+    assert q["repeater"]["syncs"] >= -(-3 * n_per_kind // effective)
+    if effective == 1:
+        assert q["repeater"]["syncs"] == 3 * n_per_kind
+
+
+def test_coalesced_doorbells_still_account_every_wqe(progs):
+    """The GPU rings without waiting (4 WQEs per doorbell, two-block WQEs among them): the
+    repeater sees fewer values than were rung, and still every block once."""
+    d = run(progs, "--ops", "30000", "--kinds", "write,writev,fadd", "--batch", "4", "--burst", "--copier", "eager")
+    q = d["qps"][0]
+    assert_all_recovered(q, 30000)
+    assert q["pi"] == 30000 // 3 * 4  # writev takes two blocks
+    assert q["rung"] == 7500
+    assert q["db_recs"] <= q["rung"]
+
+
+def test_a_million_operations_through_a_64_slot_ring(progs):
+    d = run(progs, "--ops", "1000000", "--kinds", "write", "--slots", "64", "--burst", "--copier", "eager",
+            timeout=300)
+    q = d["qps"][0]
+    assert_all_recovered(q, 1_000_000)
+    assert q["live"]["write"] == 1_000_000
+
+
+def test_doorbell_with_the_last_wqe_control_word(progs):
+    """rdma-core's way of ringing (the last WQE's own first 8 bytes) gives the same accounting."""
+    d = run(progs, "--ops", "4000", "--kinds", "writev,read", "--style", "last", "--copier", "eager")
+    q = d["qps"][0]
+    assert_all_recovered(q, 4000)
+    assert q["db_recs"] == 4000 and q["pi"] == 6000
+
+
+def test_a_jump_larger_than_the_ring_is_recorded_as_loss(progs):
+    """The repeater is held inside its first copy while the GPU laps a 64-slot ring three times:
+    the blocks that were overwritten are WQE_LOSS records, the rest WQEs, nothing twice."""
+    d = run(progs, "--ops", "1000", "--overrun", "3", "--copier", "eager")
+    q = d["qps"][0]
+    # 193 blocks were posted while held; the first copy then found block 0 overwritten and the
+    # next doorbell announced 192 more: all but the last ring's worth (64) are gone.
+    assert q["loss_bbs"] == 1 + (193 - 1 - 64)
+    assert q["wqe_ok"] == 1000 - q["loss_bbs"] and q["wqe_bad"] == 0
+    assert q["order_errors"] == 0 and q["acct"] == q["pi"] == 1000
+    assert q["live"]["wqe_losses"] == q["loss_bbs"]
+    assert q["nic_done"] == 1000
+
+
+def test_late_copies_are_detected_never_misattributed(progs):
+    """Copies that land only at the sync (the worst case for a copy engine) may find slots already
+    reused: those blocks become losses, found by the control segment's index; the accounting
+    still covers every block exactly once."""
+    d = run(progs, "--ops", "50000", "--kinds", "write,writev,read", "--batch", "4", "--burst", "--copier", "lazy")
+    q = d["qps"][0]
+    assert q["order_errors"] == 0
+    assert q["acct"] == q["pi"] == q["db_len"]
+    assert q["wqe_recs"] - q["wqe_bad"] == q["wqe_ok"]
+    assert q["live"]["wqes"] + q["live"]["wqe_losses"] > 0
+    assert q["nic_done"] == q["pi"]
+
+
+def test_several_qps_on_fewer_repeater_threads(progs):
+    d = run(progs, "--ops", "3000", "--qps", "3", "--copier", "eager", "--cfg", "repeater_threads=2")
+    assert len(d["qps"]) == 3
+    for q in d["qps"]:
+        assert_all_recovered(q, 3000)
+        assert q["db_recs"] == 3000
+        assert q["repeater"]["n_qps"] == 1
+
+
+def test_controller_gone_forwarding_goes_on(progs):
+    """Recording stops after 1000 doorbells (the controller died): the other 1000 are still
+    forwarded and the program completes; nothing more is recorded."""
+    d = run(progs, "--ops", "2000", "--lose-at", "1000", "--copier", "eager")
+    q = d["qps"][0]
+    assert q["rung"] == 2000 and q["nic_done"] == q["pi"] == 2000
+    assert q["repeater"]["forwarded"] == 2000
+    assert q["db_recs"] == 1000
+    assert q["wqe_recs"] == q["wqe_ok"] <= 1000 and q["wqe_bad"] == 0
+
+
+def test_aggregate_mode_counts_without_records(progs):
+    d = run(progs, "--ops", "3000", "--aggregate", "--copier", "eager")
+    q = d["qps"][0]
+    assert q["db_recs"] == q["wqe_recs"] == 0
+    assert q["live"]["doorbells"] == 3000 and q["live"]["wqes"] == 3000
+    assert q["live"]["write"] == q["live"]["read"] == q["live"]["fadd"] == 1000
+
+
+def test_forward_mode_copies_nothing(progs):
+    d = run(progs, "--ops", "3000", "--forward", "--copier", "eager")
+    q = d["qps"][0]
+    assert q["db_recs"] == 3000 and q["db_len"] == 3000
+    assert q["wqe_recs"] == 0 and d["copies"] == 0 and d["syncs"] == 0
+    assert q["nic_done"] == 3000
+
+
+def test_doorbells_of_an_unknown_qp(progs):
+    """A QP nobody told us about: its first doorbell is the base, every later block is announced
+    but cannot be located, so it is a loss, never silently dropped."""
+    d = run(progs, "--ops", "2000", "--placeholder")
+    q = d["qps"][0]
+    assert d["unknown_qp_doorbells"] == 1
+    assert q["db_recs"] == 2000 and q["db_len"] == 1999
+    assert q["wqe_recs"] == 0 and q["loss_bbs"] == 1999
+    assert q["nic_done"] == 2000
