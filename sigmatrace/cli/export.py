@@ -65,7 +65,7 @@ def export(
     t.add_column("contents")
     for o in res.outputs:
         if o["format"] == "perfetto":
-            what = f"{o['events']:,} events, {o['flows']:,} flows, {o['cold_events']:,} control-path calls"
+            what = f"{o['events']:,} events, {o['flows']:,} flows, {o['cold_events']:,} control-path events"
         elif o["format"] == "parquet":
             what = ", ".join(f"{k} {v:,}" for k, v in o["rows"].items())
         else:

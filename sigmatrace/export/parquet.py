@@ -3,7 +3,9 @@
 DIR/ops.parquet, doorbells.parquet, calls.parquet, qps.parquet, mrs.parquet, processes.parquet
 and problems.parquet; docs/export.md gives every column.  ops and doorbells are written a row
 group at a time as the records stream by; the small tables at the end.  Timestamps are
-CLOCK_REALTIME ns (int64), like every export.
+CLOCK_REALTIME ns (int64), like every export.  What belongs to a QP (its GPU, its peer) is in
+qps only, once, rather than in every row: `sigmatrace sql` joins it into its ops and doorbells
+views (host, pid, qpn), so the big tables stay narrow and fast to write.
 """
 from __future__ import annotations
 
@@ -49,23 +51,21 @@ OPS_SCHEMA = pa.schema([
     ("bytes", pa.uint32()), ("wrs", pa.uint32()), ("flags", pa.uint8()),
     ("status", pa.dictionary(pa.int16(), pa.string())), ("wr_id", pa.uint64()),
     ("remote_addr", pa.uint64()), ("rkey", pa.uint32()), ("local_addr", pa.uint64()), ("lkey", pa.uint32()),
-    ("imm", pa.uint32()), ("src_qp", pa.uint32()), ("sge", pa.uint16()), ("gpu", pa.int16()),
-    ("peer_host", pa.dictionary(pa.int32(), pa.string())), ("peer_pid", pa.int32()), ("peer_qpn", pa.uint32()),
+    ("imm", pa.uint32()), ("src_qp", pa.uint32()), ("sge", pa.uint16()),
     ("doorbell_ns", pa.int64()), ("wqe_index", pa.uint32()),
 ])
 
 DOORBELLS_SCHEMA = pa.schema([
     ("host", pa.dictionary(pa.int32(), pa.string())), ("pid", pa.int32()), ("tid", pa.int32()),
-    ("ts_ns", pa.int64()), ("qpn", pa.uint32()), ("gpu", pa.int16()), ("pi", pa.uint32()), ("bbs", pa.uint32()),
+    ("ts_ns", pa.int64()), ("qpn", pa.uint32()), ("pi", pa.uint32()), ("bbs", pa.uint32()),
     ("wqes", pa.int64()), ("bytes", pa.int64()), ("op", pa.dictionary(pa.int16(), pa.string())),
     ("remote_addr", pa.uint64()), ("rkey", pa.uint32()), ("lost_bbs", pa.int64()), ("repeater", pa.uint32()),
     ("raw", pa.uint64()),
-    ("peer_host", pa.dictionary(pa.int32(), pa.string())), ("peer_pid", pa.int32()), ("peer_qpn", pa.uint32()),
 ])
 
 # Dictionary encoding for the string columns (their values repeat); plain for numbers, which is
 # cheapest to write.  Statistics on the timestamp, so queries on a time range skip row groups.
-_DICT_COLUMNS = ["host", "kind", "op", "status", "peer_host"]
+_DICT_COLUMNS = ["host", "kind", "op", "status"]
 _STATS_COLUMNS = ["ts_ns"]
 
 
@@ -86,8 +86,6 @@ class ParquetSink(Sink):
         self.hosts = sorted({p.host for p in c.procs})
         self.host_dict = pa.array(self.hosts, pa.string())
         self.host_idx = {h: i for i, h in enumerate(self.hosts)}
-        self.host_of_proc = np.array([self.host_idx[p.host] for p in c.procs], np.int32)
-        self.pid_of_proc = np.array([p.pid for p in c.procs], np.int32)
         self.kind_dict = pa.array(KINDS, pa.string())
         self.op_dict = pa.array(OP_NAMES, pa.string())
         self.status_dict = pa.array(STATUS_NAMES, pa.string())
@@ -123,28 +121,6 @@ class ParquetSink(Sink):
         self.rows[table] += t.num_rows
         self.pending[table] = []
         self.pending_rows[table] = 0
-
-    def _peer_cols(self, b: Batch) -> dict[str, pa.Array]:
-        topo = self.c.topology
-        peer = b["peer"]
-        known = peer >= 0
-        pp = np.where(known, topo.proc_of[np.maximum(peer, 0)] if len(topo.proc_of) else 0, 0)
-        host_of_proc, pid_of_proc = self.host_of_proc, self.pid_of_proc
-        mask = ~known
-        return {
-            "peer_host": _dict(pa.array(host_of_proc[pp], pa.int32(), mask=mask), self.host_dict),
-            "peer_pid": pa.array(pid_of_proc[pp], pa.int32(), mask=mask),
-            "peer_qpn": pa.array(np.where(known, topo.qpn_of[np.maximum(peer, 0)] if len(topo.qpn_of) else 0, 0)
-                                 .astype(np.uint32), pa.uint32(), mask=mask),
-        }
-
-    def _gpu(self, b: Batch) -> np.ndarray:
-        ep = b["ep"]
-        g = np.full(b.n, -1, np.int16)
-        known = ep >= 0
-        if known.any():
-            g[known] = self.c.topology.gpu_of[ep[known]]
-        return g
 
     def host(self, p: Proc, b: Batch) -> None:
         self._ops(p, b, b["ns"], None)
@@ -186,9 +162,7 @@ class ParquetSink(Sink):
             "imm": pa.array(_imm(b, t, comp, wqe)),
             "src_qp": pa.array(np.where(comp, aux32, 0).astype(np.uint32)),
             "sge": pa.array(np.where(wqe, b["nseg"], np.where(send | recv, b["aux"], 0)).astype(np.uint16)),
-            "gpu": pa.array(self._gpu(b)),
         }
-        cols.update(self._peer_cols(b))
         if has_db is None:
             cols["doorbell_ns"] = pa.nulls(n, pa.int64())
             cols["wqe_index"] = pa.array(np.zeros(n, np.uint32))
@@ -206,7 +180,6 @@ class ParquetSink(Sink):
             "tid": pa.array(b["tid"].astype(np.int32)),
             "ts_ns": pa.array(b["ns"]),
             "qpn": pa.array(b["qpn"]),
-            "gpu": pa.array(self._gpu(b)),
             "pi": pa.array(b["aux32"]),
             "bbs": pa.array(b["len"]),
             "wqes": pa.array(b["n_wqes"]),
@@ -219,7 +192,6 @@ class ParquetSink(Sink):
             "repeater": pa.array(b["key"]),
             "raw": pa.array(b["extra"]),
         }
-        cols.update(self._peer_cols(b))
         self._append("doorbells", DOORBELLS_SCHEMA,
                      pa.RecordBatch.from_arrays([cols[f.name] for f in DOORBELLS_SCHEMA], schema=DOORBELLS_SCHEMA))
 

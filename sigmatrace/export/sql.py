@@ -21,8 +21,15 @@ from ..errors import SigmatraceError, UsageError
 from ..trace.writer import make_dir
 from .parquet import MARKER, TABLES, ParquetSink, fingerprint
 
-# columns every view adds to what the files hold (cheaper to derive than to store)
-DERIVED = {"ops": ", (flags & 1) = 1 AS signaled"}
+# what the ops and doorbells views add to their files: the QP's GPU and peer (stored once, in
+# qps) and flags spelled out
+QP_JOIN = ("LEFT JOIN (SELECT host AS q_host, pid AS q_pid, qpn AS q_qpn, gpu, peer_host, peer_pid, peer_qpn "
+           "FROM read_parquet('{qps}')) q ON t.host = q.q_host AND t.pid = q.q_pid AND t.qpn = q.q_qpn")
+VIEWS = {
+    "ops": "SELECT t.*, (t.flags & 1) = 1 AS signaled, q.gpu, q.peer_host, q.peer_pid, q.peer_qpn "
+           "FROM read_parquet('{file}') t " + QP_JOIN,
+    "doorbells": "SELECT t.*, q.gpu, q.peer_host, q.peer_pid, q.peer_qpn FROM read_parquet('{file}') t " + QP_JOIN,
+}
 
 
 def cache_root() -> Path:
@@ -81,11 +88,13 @@ def connect(directory: Path):
     """A DuckDB connection with one view per table."""
     import duckdb
     con = duckdb.connect()
+    qps = str(directory / "qps.parquet").replace("'", "''")
     for t in TABLES:
         f = directory / f"{t}.parquet"
         if f.exists():
             lit = str(f).replace("'", "''")
-            con.execute(f"CREATE VIEW {t} AS SELECT *{DERIVED.get(t, '')} FROM read_parquet('{lit}')")
+            body = VIEWS.get(t, "SELECT * FROM read_parquet('{file}')").format(file=lit, qps=qps)
+            con.execute(f"CREATE VIEW {t} AS {body}")
     return con
 
 

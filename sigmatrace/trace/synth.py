@@ -205,10 +205,11 @@ class SynthProcess:
 class SynthTrace:
     """A set of synthetic processes on one true timeline; see the module docstring."""
 
-    def __init__(self, seed: int = 0):
+    def __init__(self, seed: int = 0, keep_times: bool = True):
         self.rng = np.random.default_rng(seed)
         self.procs: list[SynthProcess] = []
         self.expected = Expected()
+        self.keep_times = keep_times      # False for benchmarks: no per-event truth kept in memory
         self._next_qpn = 0x100
         self._root: Path | None = None
         self._layout = "host"
@@ -494,7 +495,8 @@ class SynthTrace:
         agg[2] += n * size
         e = self.expected
         e.sends[(p.pid, q.qpn)] += n
-        e.send_times[(p.pid, q.qpn)].extend(int(x) for x in t)
+        if self.keep_times:
+            e.send_times[(p.pid, q.qpn)].extend(int(x) for x in t)
         src, dst = (r.proc.pid, p.pid) if op == WR_RDMA_READ else (p.pid, r.proc.pid)
         e.bytes[(src, dst)] += n * size
         e.ops[(src, dst)] += n

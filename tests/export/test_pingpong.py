@@ -141,27 +141,26 @@ def test_perfetto_events_and_flows(run, exported):
 
 
 def test_sql_counts_match_the_run(run, exported):
-    import duckdb
-    d = run["dir"] / "tables"
-    con = duckdb.connect()
-    q = lambda sql: con.sql(sql.replace("T(", f"read_parquet('{d}/").replace(".p)", ".parquet')")).fetchall()  # noqa: E731
+    from sigmatrace.export.sql import connect
+    con = connect(run["dir"] / "tables")         # the views `sigmatrace sql` queries
+    q = lambda sql: con.sql(sql).fetchall()        # noqa: E731
     posted = recv_wrs_posted(ITERS)
-    assert sorted(q("SELECT kind, op, status, count(*), sum(bytes) FROM T(ops.p) GROUP BY ALL")) == sorted([
+    assert sorted(q("SELECT kind, op, status, count(*), sum(bytes) FROM ops GROUP BY ALL")) == sorted([
         ("send_wr", "SEND", None, 2 * ITERS, 2 * ITERS * SIZE),
         ("recv_wr", "RECV", None, 2 * posted, 2 * posted * SIZE),
         ("completion", "RECV", "SUCCESS", 2 * ITERS, 2 * ITERS * SIZE),
         ("completion", "SEND", "SUCCESS", 2 * ITERS, 0)])
     s_lid, s_qpn, s_rlid, s_rqpn = _addresses(run["out"]["server"])
     c_lid, c_qpn, c_rlid, c_rqpn = _addresses(run["out"]["client"])
-    assert sorted(q("SELECT qpn, lid, dest_qpn, dlid, peer_qpn, state FROM T(qps.p)")) == sorted([
+    assert sorted(q("SELECT qpn, lid, dest_qpn, dlid, peer_qpn, state FROM qps")) == sorted([
         (s_qpn, s_lid, s_rqpn, s_rlid, c_qpn, "RTS"), (c_qpn, c_lid, c_rqpn, c_rlid, s_qpn, "RTS")])
-    calls = dict(q("SELECT fn, count(*) FROM T(calls.p) GROUP BY fn"))
+    calls = dict(q("SELECT fn, count(*) FROM calls GROUP BY fn"))
     for fn in ("ibv_open_device", "ibv_create_qp", "ibv_reg_mr", "ibv_destroy_qp", "ibv_close_device"):
         assert calls[fn] == 2
     assert calls["ibv_modify_qp"] == 6
-    assert q("SELECT count(*), sum(records_dropped) FROM T(processes.p)") == [(2, 0)]
+    assert q("SELECT count(*), sum(records_dropped) FROM processes") == [(2, 0)]
     # the sends and their peers' receives pair up one to one in time order
-    assert q("SELECT count(*) FROM T(ops.p) WHERE kind = 'send_wr' AND peer_qpn IS NOT NULL") == [(2 * ITERS,)]
+    assert q("SELECT count(*) FROM ops WHERE kind = 'send_wr' AND peer_qpn IS NOT NULL") == [(2 * ITERS,)]
 
 
 def test_matrix_sums_to_the_bytes_moved(run, exported):
