@@ -100,6 +100,7 @@ class Expected:
     wqe_losses: dict = field(default_factory=lambda: defaultdict(int))    # (pid, qpn) -> WQE_LOSS records
     lost_bbs: dict = field(default_factory=lambda: defaultdict(int))
     send_times: dict = field(default_factory=lambda: defaultdict(list))   # (pid, qpn) -> true ns of sends
+    cxi: dict = field(default_factory=lambda: defaultdict(int))           # (pid, dst fabric address) -> commands
 
 
 class _Stream:
@@ -172,10 +173,11 @@ class SynthProcess:
         self._opened = False
 
     def stream(self, tid: int, name: str = "", clock: fmt.Clock = fmt.Clock.TSC, file_name: str | None = None) -> _Stream:
-        s = self.streams.get(tid if file_name is None else hash(file_name))
+        key = file_name or tid
+        s = self.streams.get(key)
         if s is None:
             s = _Stream(self, tid, name or self.threads.get(tid, f"t{tid}"), clock, file_name)
-            self.streams[tid if file_name is None else hash(file_name)] = s
+            self.streams[key] = s
             self.threads.setdefault(tid, s.name)
         return s
 
@@ -403,6 +405,21 @@ class SynthTrace:
         p.repeaters[rep]["doorbells"] += nd
         p.count_records(tid, nd)
         p.end_ns = max(p.end_ns, int(t_db[-1]) + parse_delay_ns + 1000)
+        return p.end_ns
+
+    def cxi_cmds(self, p: SynthProcess, n: int, tid: int | None = None, cq: int = 3, dst_nid: int = 0x41,
+                 dst_ep: int = 7, size: int = 4096, start_ns: int | None = None, period_ns: int = 1000) -> int:
+        """`n` libcxi PUT commands rung one per doorbell, as the eBPF loader records them: a
+        cxi-<tid>.bin stream in CLOCK_MONOTONIC."""
+        t0 = start_ns if start_ns is not None else p.end_ns + 10_000
+        t = t0 + np.arange(n, dtype=np.int64) * period_ns
+        tid = tid or p.main_tid
+        st = p.stream(tid, "cxi", fmt.Clock.MONOTONIC, file_name=f"cxi-{tid}.bin")
+        st.add(t, records(n, type=fmt.RecType.CXI_CMD, qpn=cq, op=1, aux=1, len=size, key=(dst_nid << 12) | dst_ep,
+                          addr=np.arange(n, dtype=np.uint64) * size, extra=0x7700_0000_0000, aux32=np.arange(n) + 1,
+                          flags=0))
+        self.expected.cxi[(p.pid, (dst_nid << 12) | dst_ep)] += n
+        p.end_ns = max(p.end_ns, int(t[-1]) + 1000) if n else p.end_ns
         return p.end_ns
 
     def _wqe_records(self, st: _Stream, q: Qp, w: np.ndarray, t_parse: int, op, ds, nbytes, segs, start_bb, size) -> None:
