@@ -114,7 +114,7 @@ class DoorbellJoiner:
             cols[k] = np.zeros(d.n, dt)
         cols["first_w"][:] = np.iinfo(np.int64).max
         cols["first_op"][:] = -1
-        new = Batch(d.proc, cols)
+        new = Batch(d.proc, cols, d.recs)
         self.db = new if self.db is None else Batch.concat([self.db, new])
         key = self._key(self.db["qpn"], self.db["pi_u"])
         self.db = self.db.take(np.argsort(key, kind="stable"))
@@ -139,7 +139,7 @@ class DoorbellJoiner:
         cols["w_u"] = unwrap16(it["qpn"], it["aux32"], self.w_raw, self.w_u, first_u)
         ds = it["aux"].astype(np.int64)
         cols["nbb"] = np.where(it["type"] == RT.WQE_LOSS, it["len"].astype(np.int64), np.maximum((ds + 3) // 4, 1))
-        return Batch(it.proc, cols)
+        return Batch(it.proc, cols, it.recs)
 
     def _join(self, items: Batch, final: bool) -> Batch | None:
         n = items.n
@@ -175,7 +175,7 @@ class DoorbellJoiner:
         cols = dict(items.cols)
         cols["db_ns"] = db_ns
         cols["db_pi"] = db_pi
-        out = Batch(items.proc, cols)
+        out = Batch(items.proc, cols, items.recs)
         return out.take(np.flatnonzero(keep)) if not keep.all() else out
 
     def _accumulate(self, items: Batch, h: np.ndarray, dj: np.ndarray) -> None:

@@ -30,14 +30,18 @@ FOLDED = {"nseg": np.uint16, "seg_addr": np.uint64, "seg_key": np.uint32, "seg_b
 
 
 class Batch:
-    """Columns of events of one process; missing folded columns read as zeros."""
+    """Columns of events of one process; missing folded columns read as zeros.
 
-    __slots__ = ("proc", "cols", "n")
+    `recs`, when set, is the record array the record fields are views of: selecting rows copies
+    it once (48 bytes a row) instead of gathering each strided field."""
 
-    def __init__(self, proc: int, cols: dict[str, np.ndarray]):
+    __slots__ = ("proc", "cols", "n", "recs")
+
+    def __init__(self, proc: int, cols: dict[str, np.ndarray], recs: np.ndarray | None = None):
         self.proc = proc
         self.cols = cols
         self.n = len(cols["ts"])
+        self.recs = recs
 
     def __getitem__(self, name: str) -> np.ndarray:
         c = self.cols.get(name)
@@ -49,12 +53,36 @@ class Batch:
         return name in self.cols
 
     def take(self, idx) -> "Batch":
-        return Batch(self.proc, {k: v[idx] for k, v in self.cols.items()})
+        if self.recs is None:
+            return Batch(self.proc, {k: v[idx] for k, v in self.cols.items()})
+        recs = take_records(self.recs, idx)
+        cols = {k: recs[k] for k in RECORD_FIELDS}
+        cols.update({k: v[idx] for k, v in self.cols.items() if k not in cols})
+        return Batch(self.proc, cols, recs)
 
     @staticmethod
     def concat(parts: list["Batch"]) -> "Batch":
         names = set().union(*(p.cols for p in parts))
+        if all(p.recs is not None for p in parts):
+            recs = concat_records([p.recs for p in parts])
+            cols = {k: recs[k] for k in RECORD_FIELDS}
+            cols.update({k: np.concatenate([p[k] for p in parts]) for k in names if k not in cols})
+            return Batch(parts[0].proc, cols, recs)
         return Batch(parts[0].proc, {k: np.concatenate([p[k] for p in parts]) for k in names})
+
+
+def take_records(recs: np.ndarray, idx) -> np.ndarray:
+    """recs[idx] for a record array: numpy copies structured rows field by field (~90 ns a row);
+    as rows of 48 bytes it is one memcpy each."""
+    if isinstance(idx, slice):
+        return recs[idx]
+    rows = np.ascontiguousarray(recs).view(np.uint8).reshape(-1, fmt.RECORD_SIZE)
+    return np.take(rows, idx, axis=0).view(fmt.RECORD_DTYPE).reshape(-1)
+
+
+def concat_records(parts: list[np.ndarray]) -> np.ndarray:
+    """np.concatenate of record arrays, as bytes (numpy joins structured arrays field by field)."""
+    return np.concatenate([np.ascontiguousarray(p).view(np.uint8).reshape(-1) for p in parts]).view(fmt.RECORD_DTYPE)
 
 
 def stream_batches(ts: TraceSet, p: Proc, s: StreamInfo, chunk_records: int = 1 << 20,
@@ -74,7 +102,7 @@ def stream_batches(ts: TraceSet, p: Proc, s: StreamInfo, chunk_records: int = 1 
                     cont = _is_cont(recs)
                     lead = len(recs) if cont.all() else int(np.argmin(cont))
                 if lead:
-                    prev = np.concatenate([prev, recs[:lead]])
+                    prev = concat_records([prev, recs[:lead]])
                     recs = recs[lead:]
                 b = _batch(p, s, prev, convert)
                 if b is not None:
@@ -104,8 +132,8 @@ def _batch(p: Proc, s: StreamInfo, recs: np.ndarray, convert) -> Batch | None:
     if cont.any():
         cols.update(_fold(recs, cont))
     cols["ns"] = convert(cols["ts"])
-    cols["tid"] = np.full(len(recs), s.tid, np.int64)
-    return Batch(p.index, cols)
+    cols["tid"] = np.full(len(recs), s.tid, np.int32)
+    return Batch(p.index, cols, recs)
 
 
 def _fold(recs: np.ndarray, cont: np.ndarray) -> dict[str, np.ndarray]:

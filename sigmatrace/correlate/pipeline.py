@@ -29,10 +29,12 @@ QP_TYPES = (RT.POST_SEND, RT.SEND_WR, RT.RECV_WR, RT.COMPLETION, RT.DOORBELL, RT
 
 
 class Sink:
-    """One output format.  `needs_flows`: whether it wants flow ids (costs a scan pass)."""
+    """One output format.  `needs_flows`: whether it wants flow ids (costs a quick pass over the
+    streams); `needs_endpoints`: whether it reads `ep` / `peer` of host records."""
 
     name = "sink"
     needs_flows = False
+    needs_endpoints = True
 
     def begin(self, c, counts) -> None:
         """`c`: the Correlator; `counts`: its FlowCounts when flows were asked for, else None."""
@@ -63,6 +65,7 @@ def run(c, sinks: list[Sink]) -> ExportResult:
     """One pass over every process's events into every sink."""
     from .flows import FlowMatcher
     flows = any(s.needs_flows for s in sinks)
+    endpoints = flows or any(s.needs_endpoints for s in sinks)
     st = c.flow_counts() if flows else None
     for s in sinks:
         s.begin(c, st)
@@ -79,12 +82,13 @@ def run(c, sinks: list[Sink]) -> ExportResult:
             host = np.isin(t, HOST_TYPES)
             if host.any():
                 hb = b.take(np.flatnonzero(host)) if not host.all() else b
-                _endpoints(c, p, hb, matcher)
+                if endpoints:
+                    _endpoints(c, p, hb, matcher)
                 for s in sinks:
                     s.host(p, hb)
             if not host.all():
-                _deliver(c, p, joiner.feed(b), sinks, matcher)
-        _deliver(c, p, joiner.finish(), sinks, matcher)
+                _deliver(c, p, joiner.feed(b), sinks, matcher, endpoints)
+        _deliver(c, p, joiner.finish(), sinks, matcher, endpoints)
     task.done()
     res.problems = c.problems
     res.dropped = {p.label: p.records_dropped for p in c.procs if p.records_dropped}
@@ -108,13 +112,15 @@ def _endpoints(c, p: Proc, b: Batch, matcher) -> None:
         matcher.annotate(b, ep, b.cols["peer"])
 
 
-def _deliver(c, p: Proc, out, sinks: list[Sink], matcher) -> None:
+def _deliver(c, p: Proc, out, sinks: list[Sink], matcher, endpoints: bool) -> None:
     doorbells, placed = out
     if placed is not None and placed.n:
-        _endpoints(c, p, placed, matcher)
+        if endpoints:
+            _endpoints(c, p, placed, matcher)
         for s in sinks:
             s.wqes(p, placed)
     if doorbells is not None and doorbells.n:
-        _endpoints(c, p, doorbells, None)
+        if endpoints:
+            _endpoints(c, p, doorbells, None)
         for s in sinks:
             s.doorbells(p, doorbells)

@@ -36,7 +36,7 @@ class StreamInfo:
     name: str
     clock: fmt.Clock
     n_records: int
-    type_counts: np.ndarray = field(default_factory=lambda: np.zeros(256, np.int64))
+    type_counts: np.ndarray = field(default_factory=lambda: np.zeros(256, np.int64))   # unvalidated
     first_ts: int = 0
     last_ts: int = 0
     # records that take part in matching: category -> {qpn: count} (ops.categories), or None
@@ -152,12 +152,10 @@ class TraceSet:
         return Proc(index, td, pt, pt.host, pt.pid, rank, mode, dbm, live, cold, streams)
 
     def _scan_stream(self, p: Proc, s: StreamInfo) -> None:
-        """One quick look at a stream: record types, first and last timestamps, CALIB triples,
-        and per QP the records that take part in matching.
+        """One quick look at a stream: record types, first and last timestamps, CALIB triples.
 
-        Reads through a memory map, copying only the records it needs, and counts exactly
-        the records the full read keeps (written, of a known type); the full read reports the
-        damage."""
+        Reads only the type column through a memory map and copies the CALIB records; damage
+        is reported by the full read (a CALIB record never written has no TSC and is ignored)."""
         try:
             mm = StreamFile(s.path).memmap()
         except (OSError, TraceFormatError) as e:
@@ -169,12 +167,11 @@ class TraceSet:
         for start in range(0, len(mm), step):
             part = mm[start:start + step]
             types = np.asarray(part["type"])
-            sound = (np.asarray(part["seq"]) != 0) & (types != 0) & (types <= fmt.RecType.POST_SRQ_RECV)
-            s.type_counts += np.bincount(types[sound], minlength=256)[:256]
-            calib = np.flatnonzero((types == fmt.RecType.CALIB) & sound)
+            s.type_counts += np.bincount(types, minlength=256)[:256]
+            calib = np.flatnonzero(types == fmt.RecType.CALIB)
             for r in np.asarray(part[calib]):
-                p.calib.append(CalibPoint(int(r["ts"]), int(r["addr"]), int(r["extra"])))
-
+                if r["seq"] != 0:
+                    p.calib.append(CalibPoint(int(r["ts"]), int(r["addr"]), int(r["extra"])))
         written = np.flatnonzero(np.asarray(mm["seq"][:1024]) != 0)
         s.first_ts = int(mm["ts"][written[0]]) if len(written) else 0
         tail = np.asarray(mm[-1024:])

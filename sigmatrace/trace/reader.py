@@ -97,7 +97,10 @@ class StreamFile:
     def read(self) -> np.ndarray:
         """All sound records of the stream."""
         parts = list(self.chunks())
-        return np.concatenate(parts) if parts else np.zeros(0, fmt.RECORD_DTYPE)
+        if not parts:
+            return np.zeros(0, fmt.RECORD_DTYPE)
+        # joined as bytes: numpy concatenates structured arrays field by field, ~40x slower
+        return np.concatenate([p.view(np.uint8).reshape(-1) for p in parts]).view(fmt.RECORD_DTYPE)
 
     def _validate(self, recs: np.ndarray, start: int, expected: int) -> tuple[np.ndarray, int]:
         """Keep records whose seq continues the stream and whose type is known; report the rest.
@@ -129,7 +132,9 @@ class StreamFile:
         off = fmt.STREAM_HEADER_SIZE + (start + first) * fmt.RECORD_SIZE
         self.problems.append(Problem(self.path, off, f"{nbad} unreadable record(s) skipped "
                                                      "(unwritten or unknown type)"))
-        return recs[ok], expected
+        # structured boolean indexing copies field by field: select whole 48-byte rows instead
+        rows = recs.view(np.uint8).reshape(-1, fmt.RECORD_SIZE)[ok]
+        return rows.view(fmt.RECORD_DTYPE).reshape(-1), expected
 
 
 @dataclass
