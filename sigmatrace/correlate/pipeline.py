@@ -71,7 +71,7 @@ def run(c, sinks: list[Sink]) -> ExportResult:
         s.begin(c, st)
     matcher = FlowMatcher(c.topology, st) if flows else None
     res = ExportResult()
-    task = c.progress.task("exporting", c.total_records())
+    task = c.progress.task("reading records", c.total_records())
     for p in c.procs:
         has_wqes = any(int(s.type_counts[RT.WQE] + s.type_counts[RT.WQE_LOSS]) for s in p.streams)
         joiner = DoorbellJoiner(wait_for_wqes=has_wqes)

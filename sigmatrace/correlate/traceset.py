@@ -26,6 +26,7 @@ DOORBELL_MODES = {lv.DoorbellMode.OFF: "off", lv.DoorbellMode.FORWARD: "forward"
 
 
 MATCHING_TYPES = (fmt.RecType.SEND_WR, fmt.RecType.WQE, fmt.RecType.COMPLETION)
+SCAN_CHUNK = 1 << 18     # records per read of the quick passes (12 MB)
 
 
 @dataclass
@@ -154,56 +155,51 @@ class TraceSet:
     def _scan_stream(self, p: Proc, s: StreamInfo) -> None:
         """One quick look at a stream: record types, first and last timestamps, CALIB triples.
 
-        Reads only the type column through a memory map and copies the CALIB records; damage
-        is reported by the full read (a CALIB record never written has no TSC and is ignored)."""
+        Reads in bounded chunks and keeps only the CALIB records; damage is reported by the
+        full read (a CALIB record never written has no TSC and is ignored)."""
         try:
-            mm = StreamFile(s.path).memmap()
+            sf = StreamFile(s.path)
+            first = last = None
+            for part in sf.raw_chunks(SCAN_CHUNK):
+                types = part["type"]
+                s.type_counts += np.bincount(types, minlength=256)[:256]
+                calib = np.flatnonzero(types == fmt.RecType.CALIB)
+                for r in part[calib]:
+                    if r["seq"] != 0:
+                        p.calib.append(CalibPoint(int(r["ts"]), int(r["addr"]), int(r["extra"])))
+                written = np.flatnonzero(part["seq"] != 0)
+                if len(written):
+                    if first is None:
+                        first = int(part["ts"][written[0]])
+                    last = int(part["ts"][written[-1]])
         except (OSError, TraceFormatError) as e:
             self.add_problem(Problem(s.path, None, f"unreadable ({e})"))
             return
-        if not len(mm):
-            return
-        step = 1 << 22
-        for start in range(0, len(mm), step):
-            part = mm[start:start + step]
-            types = np.asarray(part["type"])
-            s.type_counts += np.bincount(types, minlength=256)[:256]
-            calib = np.flatnonzero(types == fmt.RecType.CALIB)
-            for r in np.asarray(part[calib]):
-                if r["seq"] != 0:
-                    p.calib.append(CalibPoint(int(r["ts"]), int(r["addr"]), int(r["extra"])))
-        written = np.flatnonzero(np.asarray(mm["seq"][:1024]) != 0)
-        s.first_ts = int(mm["ts"][written[0]]) if len(written) else 0
-        tail = np.asarray(mm[-1024:])
-        tail = tail[tail["seq"] != 0]
-        s.last_ts = int(tail["ts"][-1]) if len(tail) else s.first_ts
-        del mm
+        s.first_ts = first or 0
+        s.last_ts = last if last is not None else s.first_ts
 
     def count_matching(self, p: Proc, s: StreamInfo) -> dict[str, dict[int, int]]:
-        """Per QP, how many records of the stream take part in matching (ops.categories),
-        counting exactly the records the full read keeps."""
+        """Per QP, how many records of the stream take part in matching (ops.categories), over
+        exactly the records the full read keeps (it reads them the same way)."""
         if s.matching is not None:
             return s.matching
         s.matching = {}
         try:
-            mm = StreamFile(s.path).memmap()
+            sf = StreamFile(s.path)
+            for part in sf.chunks(SCAN_CHUNK):
+                types = part["type"]
+                sel = np.flatnonzero(np.isin(types, MATCHING_TYPES))
+                if not len(sel):
+                    continue
+                recs = part[sel] if len(sel) < len(part) else part
+                for name, mask in O.categories(recs).items():
+                    if mask.any():
+                        q, c = np.unique(recs["qpn"][mask], return_counts=True)
+                        d = s.matching.setdefault(name, {})
+                        for qq, cc in zip(q.tolist(), c.tolist()):
+                            d[qq] = d.get(qq, 0) + cc
         except (OSError, TraceFormatError):
-            return s.matching
-        step = 1 << 22
-        for start in range(0, len(mm), step):
-            part = mm[start:start + step]
-            types = np.asarray(part["type"])
-            sel = np.flatnonzero(np.isin(types, MATCHING_TYPES) & (np.asarray(part["seq"]) != 0))
-            if not len(sel):
-                continue
-            recs = np.asarray(part[sel])
-            for name, mask in O.categories(recs).items():
-                if mask.any():
-                    q, c = np.unique(recs["qpn"][mask], return_counts=True)
-                    d = s.matching.setdefault(name, {})
-                    for qq, cc in zip(q.tolist(), c.tolist()):
-                        d[qq] = d.get(qq, 0) + cc
-        del mm
+            pass
         return s.matching
 
     def _fit_clock(self, p: Proc) -> ClockModel:

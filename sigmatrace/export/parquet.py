@@ -98,7 +98,7 @@ class ParquetSink(Sink):
     name = "parquet"
     needs_endpoints = False        # QP properties live in qps, not in every row
 
-    def __init__(self, directory: str | os.PathLike, compression: str = "snappy", row_group: int = 1 << 20,
+    def __init__(self, directory: str | os.PathLike, compression: str = "snappy", row_group: int = 1 << 18,
                  key: str | None = None):
         self.dir = Path(directory)
         self.key = key

@@ -86,6 +86,14 @@ class StreamFile:
                 if len(good):
                     yield good
 
+    def raw_chunks(self, chunk_records: int = DEFAULT_CHUNK_RECORDS) -> Iterator[np.ndarray]:
+        """Every whole record, unvalidated, in chunks (a bounded buffer, unlike memmap(), whose
+        touched pages count in the reader's resident memory)."""
+        with open(self.path, "rb") as f:
+            f.seek(fmt.STREAM_HEADER_SIZE)
+            for start in range(0, self.n_records, chunk_records):
+                yield np.fromfile(f, dtype=fmt.RECORD_DTYPE, count=min(chunk_records, self.n_records - start))
+
     def memmap(self) -> np.ndarray:
         """A read-only view of every whole record, unvalidated: for quick scans of one column
         (the OS pages the file in; nothing is copied).  Records with seq 0 are unwritten."""
