@@ -39,7 +39,7 @@ def export(
     from ..export.json import JsonSink
     from ..export.parquet import ParquetSink
     from ..export.perfetto import PerfettoSink
-    from ..export.summary import show_drops, show_problems
+    from ..export.summary import show_drops, show_flow_caveat, show_problems
     from ..export.ui import RichUI
 
     if perfetto is None and parquet is None and json_out is None:
@@ -74,3 +74,5 @@ def export(
     out.print(t)
     show_drops(console, c)
     show_problems(console, res.problems)
+    if perfetto is not None:
+        show_flow_caveat(console, c, res.problems)

@@ -38,3 +38,16 @@ def show_processes(console: Console, c: Correlator) -> None:
                   f"{p.clock.tsc_hz / 1e9:.6f} GHz", "-" if drift is None else f"{drift:+.1f} ppm",
                   f"{p.clock.points} triples")
     console.print(t)
+
+
+def show_flow_caveat(console: Console, c: Correlator, problems: list[Problem]) -> None:
+    """Flows pair operations by their order on a QP: after records were lost (dropped in capture,
+    damaged on disk) they may pair the wrong ones.  Say where."""
+    lossy = []
+    for p in c.procs:
+        damaged = any(str(pr.path).startswith(str(p.pt.path) + "/streams/") for pr in problems)
+        if p.records_dropped or damaged:
+            lossy.append(p.label)
+    if lossy:
+        console.print(f"[yellow]note: records of {', '.join(lossy)} were lost; flows (matched by order per QP) "
+                      f"may pair the wrong operations after the loss[/]", highlight=False, soft_wrap=True)

@@ -44,6 +44,7 @@ def test_truncated_and_corrupt_streams(tmp_path):
     err = r.stderr
     assert f"{main} at byte {HDR + (n - 1) * REC}: truncated record (17 trailing bytes) skipped" in err
     assert f"{main} at byte {HDR + bad * REC}: 3 unreadable record(s) skipped" in err
+    assert "note: records of node-a:4242 were lost; flows (matched by order per QP) may pair" in err
     pt = parse_perfetto(tmp_path / "x.pftrace")
     names = {1: "ibv_post_send", 2: "ibv_post_send", 4: "ibv_post_recv", 5: "ibv_poll_cq", 12: None}
     lost = {}
