@@ -73,6 +73,33 @@ class _DeferredInterrupt:
         return False
 
 
+class _ForwardSignals:
+    """While a spawned program runs, SIGTERM and SIGHUP sent to sigmatrace go to the program, the
+    way a launcher (torchrun, mpirun) expects of what it started; tracing goes on until the
+    program ends."""
+
+    SIGNALS = (signal.SIGTERM, signal.SIGHUP)
+
+    def __init__(self, child: subprocess.Popen):
+        self.child = child
+        self._old: dict = {}
+
+    def __enter__(self):
+        if threading.current_thread() is threading.main_thread():
+            for sig in self.SIGNALS:
+                self._old[sig] = signal.signal(sig, self._forward)
+        return self
+
+    def _forward(self, signum, frame):
+        if self.child.poll() is None:
+            self.child.send_signal(signum)
+
+    def __exit__(self, *exc):
+        for sig, old in self._old.items():
+            signal.signal(sig, old)
+        return False
+
+
 class Controller:
     def __init__(self, options: CaptureOptions, ui: CaptureUI | None = None):
         self.options = options
@@ -105,6 +132,17 @@ class Controller:
             raise UsageError(f"cannot create the trace directory {out}: {e.strerror}") from None
         self.out = out
         return out
+
+    def _check_providers(self) -> None:
+        """Say so when a provider asked for by name cannot be installed here."""
+        if self.options.providers is None:
+            return
+        from .config import available_agent_providers, available_external_providers
+
+        present = set(available_agent_providers()) | set(available_external_providers())
+        for name in self.options.providers:
+            if name not in present:
+                self._warn(f"provider '{name}' is not part of this installation: it installs nothing")
 
     def _warn(self, text: str) -> None:
         self.warnings.append(text)
@@ -175,6 +213,7 @@ class Controller:
         providers = self.options.requested_providers()
         self.session = SessionMeta(out, "spawn", argv, self.options.mode.value, providers, self.options.doorbells)
         self.session.write()
+        self._check_providers()
         self._observers = load_observers(self.options, out)
         if not _is_dynamic(argv[0]):
             return self._spawn_static(argv, duration)
@@ -187,8 +226,10 @@ class Controller:
             try:
                 child = subprocess.Popen(argv, env=env)
             except OSError as e:
+                self.session.finish("failed", warnings=self.warnings)
                 raise TargetError(f"cannot start {argv[0]}: {e.strerror}") from None
-            status, root_seen = self._follow(child, duration)
+            with _ForwardSignals(child):
+                status, root_seen = self._follow(child, duration)
             interrupted = status == "interrupted"
             if interrupted:
                 self.ui.status("interrupted: stopping tracing (the program keeps running)")
@@ -281,6 +322,7 @@ class Controller:
         providers = self.options.requested_providers()
         self.session = SessionMeta(out, "attach", pid, self.options.mode.value, providers, self.options.doorbells)
         self.session.write()
+        self._check_providers()
         self._observers = load_observers(self.options, out)
         with _DeferredInterrupt() as held:
             try:

@@ -14,10 +14,15 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent.parent
 
 
+def _default_sigint():
+    # as from a terminal, even when the test run itself ignores SIGINT (nohup, a background job)
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def run_cmd(args, timeout=120, env=None, check=False, **kw):
     """Run a command in a new session; on timeout kill its whole process group."""
     p = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
-                         start_new_session=True, **kw)
+                         start_new_session=True, preexec_fn=_default_sigint, **kw)
     try:
         out, err = p.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
@@ -48,7 +53,7 @@ def report(trace_dir) -> dict:
 def start_cmd(args, env=None, **kw):
     """Start a command in the background, in a new session (see wait_cmd)."""
     return subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
-                            start_new_session=True, **kw)
+                            start_new_session=True, preexec_fn=_default_sigint, **kw)
 
 
 def wait_cmd(p, timeout=120):
@@ -60,3 +65,20 @@ def wait_cmd(p, timeout=120):
         out, err = p.communicate()
         raise AssertionError(f"timed out after {timeout}s: {p.args}\nstdout:{out[-3000:]}\nstderr:{err[-3000:]}")
     return out, err, p.returncode
+
+
+def simnic_env(devices: int = 1) -> dict:
+    """The environment that puts programs on the emulated NIC, on a fabric of their own."""
+    import uuid
+
+    fabric = f"cap-{uuid.uuid4().hex[:12]}"
+    try:
+        from sigmatrace.simnic import environment
+    except ImportError:  # the emulated NIC's Python helpers not merged yet: the documented variables
+        from sigmatrace import paths
+
+        lib = str(paths.native("simnic/libibverbs.so.1").parent)
+        extra = {"LD_LIBRARY_PATH": lib, "SIMNIC_DEVICES": str(devices), "SIMNIC_FABRIC": fabric}
+    else:
+        extra = environment(devices=devices, fabric=fabric)
+    return {**os.environ, **extra}

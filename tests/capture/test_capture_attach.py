@@ -17,18 +17,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from capture_helpers import report, run_cmd, sigmatrace, sigmatrace_cmd, start_cmd, wait_cmd
+from capture_helpers import simnic_env, report, run_cmd, sigmatrace, sigmatrace_cmd, start_cmd, wait_cmd
 from sigmatrace.trace import format as fmt
 from sigmatrace.trace import live as lv
 from sigmatrace.trace.reader import TraceDir
 
 HERE = Path(__file__).resolve().parent
 
-
-def simnic_env() -> dict:
-    from sigmatrace.simnic import environment
-
-    return {**os.environ, **environment(devices=1, fabric=f"cap-{uuid.uuid4().hex[:12]}")}
 
 
 @pytest.fixture(scope="module")
@@ -61,7 +56,7 @@ def contiguous_range(wr_ids: np.ndarray) -> tuple[int, int]:
 
 def test_attach_detach_reattach(tmp_path, verbs_loop):
     env = simnic_env()
-    iters = 3000
+    iters = 8000  # about 9 s at 1 ms per iteration: it outlives both tracing sessions
     prog = subprocess.Popen([str(verbs_loop), "--iters", str(iters), "--pause-us", "1000"], stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, env=env, start_new_session=True)
     try:
@@ -71,6 +66,7 @@ def test_attach_detach_reattach(tmp_path, verbs_loop):
                            tmp_path / "one", timeout=120)
         assert first.returncode == 0, first.stderr
         time.sleep(0.3)
+        assert prog.poll() is None, prog.communicate()
         # the second one ends with Ctrl-C
         second = start_cmd([*sigmatrace_cmd(), "attach", "-q", "--pid", str(pid), "--mode", "simple", "--out",
                             str(tmp_path / "two")])
@@ -158,8 +154,15 @@ procs = []
 for rank in (0, 1):
     if rank:
         time.sleep(1)  # rank 0 (the pingpong server) listens first
-    procs.append(subprocess.Popen(cmd + (["localhost"] if rank else []), env=dict(os.environ, RANK=str(rank))))
-sys.exit(max(p.wait() for p in procs))
+    procs.append(subprocess.Popen(cmd + (["127.0.0.1"] if rank else []), env=dict(os.environ, RANK=str(rank))))
+# like torchrun: when one rank fails, stop the others
+while any(p.poll() is None for p in procs):
+    if any(p.poll() not in (None, 0) for p in procs):
+        for p in procs:
+            if p.poll() is None:
+                p.terminate()
+    time.sleep(0.1)
+sys.exit(max(p.returncode for p in procs))
 """
 
 

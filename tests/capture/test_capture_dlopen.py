@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from capture_helpers import report, sigmatrace
+from capture_helpers import simnic_env, report, sigmatrace
 from sigmatrace.trace import format as fmt
 from sigmatrace.trace.reader import TraceDir
 
@@ -25,9 +25,7 @@ def dlopen_verbs(tmp_path_factory):
 
 
 def test_dlopen_dlvsym_program(tmp_path, dlopen_verbs):
-    from sigmatrace.simnic import environment
-
-    env = {**os.environ, **environment(devices=1, fabric=f"cap-{uuid.uuid4().hex[:12]}")}
+    env = simnic_env()
     iters = 101
     res = sigmatrace("spawn", "-q", "--mode", "full", "--out", tmp_path / "t", "--", dlopen_verbs, iters, env=env,
                      timeout=120)
