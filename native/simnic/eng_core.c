@@ -590,8 +590,15 @@ void sn_engine_put(struct sn_device *dev)
 
 /* At exit: stop engines of contexts the program never closed, leave the fabric, give back the
  * LIDs.  Runs as a destructor of libmlx5.so.1. */
+void sn_fork_child_reset(void)
+{
+	pthread_mutex_init(&g_eng_lock, NULL);
+}
+
 __attribute__((destructor)) static void engines_at_exit(void)
 {
+	if (!sn_devices_are_ours())
+		return;	/* a forked child that never opened a device: nothing here is its own */
 	for (int i = 0; i < sn_ndevices; i++) {
 		struct sn_device *dev = sn_devices[i];
 		struct sn_engine *eng;

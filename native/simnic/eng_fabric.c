@@ -25,6 +25,16 @@
 
 static pthread_mutex_t g_reg_lock = PTHREAD_MUTEX_INITIALIZER;
 
+static void reg_after_fork(void)
+{
+	pthread_mutex_init(&g_reg_lock, NULL);
+}
+
+__attribute__((constructor)) static void reg_atfork(void)
+{
+	pthread_atfork(NULL, NULL, reg_after_fork);
+}
+
 /* ---- processes ----------------------------------------------------------------------- */
 
 uint64_t sn_proc_start_time(pid_t pid)
@@ -244,6 +254,20 @@ void sn_lid_free(uint16_t lid)
 			memset(&h->lid[lid], 0, sizeof(h->lid[lid]));
 			if (h->live)
 				h->live--;
+		}
+		if (h->magic == HOST_MAGIC && h->live && h->live < 64) {
+			/* few left: count the living (killed processes never gave theirs back) */
+			uint32_t live = 0;
+
+			for (uint32_t l = SN_LID_FIRST; l < SN_LID_LIMIT; l++) {
+				if (!h->lid[l].pid)
+					continue;
+				if (sn_owner_alive(&h->lid[l]))
+					live++;
+				else
+					memset(&h->lid[l], 0, sizeof(h->lid[l]));
+			}
+			h->live = live;
 		}
 		if (h->magic == HOST_MAGIC && h->live == 0)
 			shm_unlink(name);	/* last one out: nobody holds a LID */

@@ -269,10 +269,13 @@ static int responder_error(struct sn_engine *eng, struct sn_eqp *q, const struct
 	q->in_have_rwqe = 0;
 	if (q->type == SN_QPT_RC) {
 		sn_eqp_to_error(eng, q);
-		sn_async_event(eng, q, ev);
+		if ((int)ev >= 0)	/* errors a receive completion reports need no event */
+			sn_async_event(eng, q, ev);
 	}
 	return 1;
 }
+
+#define NO_EVENT ((enum ibv_event_type)-1)
 
 /* R_Key check of a remote access; returns the MR or NULL. */
 static struct sn_mr *check_remote(struct sn_engine *eng, struct sn_eqp *q, uint32_t rkey,
@@ -353,13 +356,11 @@ static int start_message(struct sn_engine *eng, struct sn_eqp *q, const struct s
 			uint8_t synd = check_recv_sges(eng, q, &q->in_rwqe);
 
 			if (synd)
-				return responder_error(eng, q, m, SN_NAK_OP, synd,
-						       IBV_EVENT_QP_FATAL) ? 1 : 0;
+				return responder_error(eng, q, m, SN_NAK_OP, synd, NO_EVENT) ? 1 : 0;
 		}
 		if (m->type == SN_MSG_SEND && m->total > rwqe_capacity(&q->in_rwqe))
 			return responder_error(eng, q, m, SN_NAK_INV_REQ,
-					       MLX5_CQE_SYNDROME_LOCAL_LENGTH_ERR,
-					       IBV_EVENT_QP_REQ_ERR) ? 1 : 0;
+					       MLX5_CQE_SYNDROME_LOCAL_LENGTH_ERR, NO_EVENT) ? 1 : 0;
 	}
 	return 1;
 }
@@ -389,7 +390,7 @@ static int on_send_write(struct sn_engine *eng, struct sn_eqp *q, const struct s
 		if (bad)
 			return responder_error(eng, q, m, SN_NAK_OP,
 					       q->in_have_rwqe ? MLX5_CQE_SYNDROME_LOCAL_PROT_ERR : 0,
-					       IBV_EVENT_QP_FATAL) ? 1 : 0;
+					       q->in_have_rwqe ? NO_EVENT : IBV_EVENT_QP_FATAL) ? 1 : 0;
 	}
 	q->in_got += m->len;
 	if (!(m->flags & SN_LAST))

@@ -87,16 +87,29 @@ static int create_devices(void)
 	return 0;
 }
 
+/* The devices belong to the process that created them: a forked child is another node on
+ * the fabric and gets its own (the parent's contexts are unusable there, as with hardware). */
+static pid_t g_devs_pid;
+
+static void after_fork_child(void)
+{
+	pthread_mutex_init(&g_dev_lock, NULL);
+	sn_fork_child_reset();
+}
+
 struct ibv_device **sn_get_device_list(int *num)
 {
 	struct ibv_device **list;
+	static pthread_once_t once = PTHREAD_ONCE_INIT;
+	void install_atfork(void);
 
+	pthread_once(&once, install_atfork);
 	pthread_mutex_lock(&g_dev_lock);
-	if (!sn_ndevices) {
-		static int done;
-
-		if (!done++)
-			create_devices();
+	if (g_devs_pid != getpid()) {
+		sn_ndevices = 0;	/* inherited across fork: not ours */
+		memset(sn_devices, 0, sizeof(sn_devices));
+		g_devs_pid = getpid();
+		create_devices();
 	}
 	pthread_mutex_unlock(&g_dev_lock);
 	list = calloc((size_t)sn_ndevices + 1, sizeof(*list));
@@ -111,12 +124,27 @@ struct ibv_device **sn_get_device_list(int *num)
 	return list;
 }
 
+void install_atfork(void)
+{
+	pthread_atfork(NULL, NULL, after_fork_child);
+}
+
+int sn_devices_are_ours(void)
+{
+	return g_devs_pid == getpid();
+}
+
 static struct sn_device *to_sdev(struct ibv_device *d)
 {
 	for (int i = 0; i < sn_ndevices; i++)
 		if (&sn_devices[i]->ibdev == d)
 			return sn_devices[i];
 	return NULL;
+}
+
+int sn_is_our_device(struct ibv_device *d)
+{
+	return to_sdev(d) != NULL;
 }
 
 static __be64 device_guid(struct ibv_device *d)
@@ -550,7 +578,7 @@ static int compat_query_port(struct ibv_context *ctx, uint8_t port, struct _comp
 			     offsetof(struct ibv_port_attr, flags));
 }
 
-static struct ibv_context *open_device(struct ibv_device *ibdev)
+struct ibv_context *sn_open_device(struct ibv_device *ibdev)
 {
 	struct sn_device *dev = to_sdev(ibdev);
 	struct sn_context *ctx;
@@ -648,6 +676,12 @@ static int close_device(struct ibv_context *c)
 {
 	struct sn_context *ctx = to_sctx(c);
 
+	while (ctx->umems) {
+		struct sn_umem *u = ctx->umems;
+
+		ctx->umems = u->next;
+		free(u);
+	}
 	while (ctx->uars)
 		sn_uar_free(ctx, ctx->uars);
 	for (int i = 0; i < SN_UIDX_L1; i++)
@@ -671,7 +705,7 @@ struct sn_provider_ops sn_ops = {
 	.device_guid = device_guid,
 	.device_index = device_index,
 	.read_sysfs = read_sysfs,
-	.open_device = open_device,
+	.open_device = sn_open_device,
 	.close_device = close_device,
 	.get_async_event = get_async_event,
 	.ack_async_event = ack_async_event,

@@ -102,6 +102,7 @@ struct sn_context {
 	struct sn_uar *qp_uar;		/* page whose BlueFlame registers go to new QPs */
 	unsigned qp_uar_used;
 	pthread_mutex_t lock;
+	struct sn_umem *umems;		/* DevX user memory registrations */
 	void **uidx[SN_UIDX_L1];
 	uint32_t next_uidx;
 	int async_pipe[2];
@@ -121,6 +122,19 @@ static inline void *sn_uidx_get(struct sn_context *ctx, uint32_t uidx)
 
 	return l2 ? l2[uidx & (SN_UIDX_L2 - 1)] : NULL;
 }
+
+/* ---- DevX user memory ------------------------------------------------------------------------ */
+
+struct sn_umem {
+	struct mlx5dv_devx_umem dv;	/* first: what the application holds */
+	struct sn_context *ctx;
+	uint8_t *addr;
+	size_t size;
+	uint32_t access;
+	struct sn_mem mem;
+	atomic_int refs;		/* DevX objects built on it */
+	struct sn_umem *next;
+};
 
 /* ---- protection domains and memory regions ------------------------------------------------ */
 
@@ -507,6 +521,8 @@ void sn_async_event(struct sn_engine *eng, struct sn_eqp *q, enum ibv_event_type
 /* provider objects used by the engine for events */
 struct sn_qp *sn_qp_of(struct sn_eqp *q);
 
+int sn_devices_are_ours(void);
+void sn_fork_child_reset(void);
 extern int sn_ndevices;
 extern struct sn_device *sn_devices[SN_MAX_DEVICES];
 

@@ -7,6 +7,8 @@
 
 /* mlx5_dev.c */
 struct ibv_device **sn_get_device_list(int *num);
+struct ibv_context *sn_open_device(struct ibv_device *dev);
+int sn_is_our_device(struct ibv_device *dev);
 int sn_query_device(struct ibv_context *ctx, struct ibv_device_attr *attr);
 int sn_query_port(struct ibv_context *ctx, uint8_t port, struct ibv_port_attr *attr, size_t len);
 

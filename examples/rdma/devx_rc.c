@@ -1,0 +1,315 @@
+/* An RC QP built with DevX, as GPU-initiated libraries build theirs, driven by hand.
+ *
+ *   devx_rc [-p PORT]          server: a DevX QP, a region with a counter
+ *   devx_rc [-p PORT] HOST     client: WRITE, READ and FETCH_ADD through its own SQ
+ *
+ * Both sides open the device with mlx5dv_open_device(DEVX), read the HCA capabilities
+ * (QUERY_HCA_CAP), allocate a UAR, register user memory for the CQ ring, the work queue and
+ * the doorbell records, and create the CQ and QP with PRM mailboxes (CREATE_CQ, CREATE_QP,
+ * RST2INIT, INIT2RTR, RTR2RTS).  The client then writes mlx5 WQEs into its SQ, updates the
+ * doorbell record and rings the UAR with the 8-byte {producer index, qpn} store NVSHMEM uses,
+ * and polls CQE64s itself (owner bit, opcode, wqe_counter).  Every byte and returned value is
+ * checked; exit 0 only if all match.
+ */
+#include <infiniband/mlx5dv.h>
+#include <sigmatrace/mlx5_prm.h>
+
+#include "common.h"
+
+#define LOG_SQ 6			/* 64 basic blocks */
+#define LOG_CQ 6
+#define REGION 65536
+#define COUNTER_INIT 40
+
+struct devx_qp {
+	struct ibv_context *ctx;
+	struct ibv_pd *pd;
+	uint32_t pdn;
+	struct mlx5dv_devx_uar *uar;
+	uint8_t *cq_buf, *wq_buf, *dbr;
+	struct mlx5dv_devx_umem *cq_umem, *wq_umem, *dbr_umem;
+	struct mlx5dv_devx_obj *cq, *qp;
+	uint32_t cqn, qpn;
+	uint32_t pi, ci;
+};
+
+static void cmd_check(int ret, const void *out, const char *what)
+{
+	CHECK(!ret, "%s: %s (status %#x syndrome %#x)", what, strerror(ret), prm_get(out, PRM_OUT_STATUS),
+	      prm_get(out, PRM_OUT_SYNDROME));
+}
+
+static void query_caps(struct ibv_context *ctx)
+{
+	uint8_t in[16] = {0}, *out = calloc(1, PRM_HCA_CAP_OUT_SIZE);
+
+	prm_set(in, PRM_IN_OPCODE, PRM_CMD_QUERY_HCA_CAP);
+	prm_set(in, PRM_IN_OP_MOD, PRM_CAP_TYPE_GENERAL << 1 | 1);
+	cmd_check(mlx5dv_devx_general_cmd(ctx, in, sizeof(in), out, PRM_HCA_CAP_OUT_SIZE), out, "QUERY_HCA_CAP");
+	printf("caps: port_type=%u log_bf_reg_size=%u cqe_version=%u rc=%u log_max_qp_sz=%u\n",
+	       prm_get(out, PRM_CAP_PORT_TYPE), prm_get(out, PRM_CAP_LOG_BF_REG_SIZE),
+	       prm_get(out, PRM_CAP_CQE_VERSION), prm_get(out, PRM_CAP_RC), prm_get(out, PRM_CAP_LOG_MAX_QP_SZ));
+	free(out);
+}
+
+static void build(struct devx_qp *d)
+{
+	struct ibv_device **list = ibv_get_device_list(NULL);
+	struct mlx5dv_context_attr ca = {.flags = MLX5DV_CONTEXT_FLAGS_DEVX};
+	struct mlx5dv_pd dvpd;
+	struct mlx5dv_obj obj = {.pd = {.out = &dvpd}};
+	uint8_t in[PRM_CREATE_QP_IN_BYTES], out[PRM_QUERY_QP_OUT_BYTES];
+	uint32_t eqn;
+
+	CHECK(list && list[0] && mlx5dv_is_supported(list[0]), "no mlx5 device");
+	d->ctx = mlx5dv_open_device(list[0], &ca);
+	CHECK(d->ctx, "mlx5dv_open_device: %s", strerror(errno));
+	ibv_free_device_list(list);
+	query_caps(d->ctx);
+	d->pd = ibv_alloc_pd(d->ctx);
+	obj.pd.in = d->pd;
+	CHECK(d->pd && !mlx5dv_init_obj(&obj, MLX5DV_OBJ_PD), "pd");
+	d->pdn = dvpd.pdn;
+	d->uar = mlx5dv_devx_alloc_uar(d->ctx, MLX5DV_UAR_ALLOC_TYPE_NC);
+	CHECK(d->uar, "mlx5dv_devx_alloc_uar: %s", strerror(errno));
+	CHECK((uint8_t *)d->uar->reg_addr == (uint8_t *)d->uar->base_addr + 0x800, "reg_addr");
+
+	d->cq_buf = aligned_alloc(4096, 64u << LOG_CQ);
+	d->wq_buf = aligned_alloc(4096, 64u << LOG_SQ);
+	d->dbr = aligned_alloc(4096, 4096);
+	memset(d->wq_buf, 0, 64u << LOG_SQ);
+	memset(d->dbr, 0, 4096);
+	for (int i = 0; i < 1 << LOG_CQ; i++)	/* invalid, hardware-owned for the first lap */
+		((struct mlx5_cqe64 *)(d->cq_buf + i * 64))->op_own = MLX5_CQE_INVALID << 4;
+	d->cq_umem = mlx5dv_devx_umem_reg(d->ctx, d->cq_buf, 64u << LOG_CQ, IBV_ACCESS_LOCAL_WRITE);
+	d->wq_umem = mlx5dv_devx_umem_reg(d->ctx, d->wq_buf, 64u << LOG_SQ, IBV_ACCESS_LOCAL_WRITE);
+	d->dbr_umem = mlx5dv_devx_umem_reg(d->ctx, d->dbr, 4096, IBV_ACCESS_LOCAL_WRITE);
+	CHECK(d->cq_umem && d->wq_umem && d->dbr_umem, "umem_reg: %s", strerror(errno));
+	CHECK(!mlx5dv_devx_query_eqn(d->ctx, 0, &eqn), "query_eqn");
+
+	memset(in, 0, sizeof(in));
+	prm_set(in, PRM_IN_OPCODE, PRM_CMD_CREATE_CQ);
+	prm_set(in, PRM_CQ_IN_LOG_CQ_SIZE, LOG_CQ);
+	prm_set(in, PRM_CQ_IN_UAR_PAGE, d->uar->page_id);
+	prm_set(in, PRM_CQ_IN_C_EQN, eqn);
+	prm_set(in, PRM_CQ_IN_DBR_UMEM_VALID, 1);
+	prm_set(in, PRM_CQ_IN_DBR_UMEM_ID, d->dbr_umem->umem_id);
+	prm_set64(in, PRM_CQ_IN_DBR_ADDR, 0);
+	prm_set(in, PRM_CQ_IN_CQ_UMEM_VALID, 1);
+	prm_set(in, PRM_CQ_IN_CQ_UMEM_ID, d->cq_umem->umem_id);
+	prm_set64(in, PRM_CQ_IN_CQ_UMEM_OFFSET, 0);
+	d->cq = mlx5dv_devx_obj_create(d->ctx, in, PRM_CREATE_CQ_IN_BYTES, out, PRM_CMD_OUT_BYTES);
+	CHECK(d->cq, "CREATE_CQ: %s (status %#x)", strerror(errno), prm_get(out, PRM_OUT_STATUS));
+	d->cqn = prm_get(out, PRM_CQ_OUT_CQN);
+
+	memset(in, 0, sizeof(in));
+	prm_set(in, PRM_IN_OPCODE, PRM_CMD_CREATE_QP);
+	prm_set(in, PRM_QPC_ST, PRM_QP_ST_RC);
+	prm_set(in, PRM_QPC_PM_STATE, 3);	/* migrated */
+	prm_set(in, PRM_QPC_PD, d->pdn);
+	prm_set(in, PRM_QPC_LOG_SQ_SIZE, LOG_SQ);
+	prm_set(in, PRM_QPC_RQ_TYPE, PRM_RQ_ZERO_LEN);
+	prm_set(in, PRM_QPC_UAR_PAGE, d->uar->page_id);
+	prm_set(in, PRM_QPC_CQN_SND, d->cqn);
+	prm_set(in, PRM_QPC_CQN_RCV, d->cqn);
+	prm_set(in, PRM_QPC_DBR_UMEM_VALID, 1);
+	prm_set(in, PRM_QPC_DBR_UMEM_ID, d->dbr_umem->umem_id);
+	prm_set64(in, PRM_QPC_DBR_ADDR, 64);
+	prm_set(in, PRM_QP_IN_WQ_UMEM_VALID, 1);
+	prm_set(in, PRM_QP_IN_WQ_UMEM_ID, d->wq_umem->umem_id);
+	prm_set64(in, PRM_QP_IN_WQ_UMEM_OFFSET, 0);
+	d->qp = mlx5dv_devx_obj_create(d->ctx, in, PRM_CREATE_QP_IN_BYTES, out, PRM_CMD_OUT_BYTES);
+	CHECK(d->qp, "CREATE_QP: %s (status %#x)", strerror(errno), prm_get(out, PRM_OUT_STATUS));
+	d->qpn = prm_get(out, PRM_QP_OUT_QPN);
+
+	memset(in, 0, sizeof(in));
+	prm_set(in, PRM_IN_OPCODE, PRM_CMD_RST2INIT_QP);
+	prm_set(in, PRM_QP_IN_QPN, d->qpn);
+	prm_set(in, PRM_QPC_PM_STATE, 3);
+	prm_set(in, PRM_QPC_PAP_VHCA_PORT_NUM, 1);
+	prm_set(in, PRM_QPC_RRE, 1);
+	prm_set(in, PRM_QPC_RWE, 1);
+	prm_set(in, PRM_QPC_RAE, 1);
+	cmd_check(mlx5dv_devx_obj_modify(d->qp, in, PRM_MODIFY_QP_IN_BYTES, out, PRM_CMD_OUT_BYTES), out,
+		  "RST2INIT_QP");
+}
+
+static void connect_devx(struct devx_qp *d, const struct peer_info *me, const struct peer_info *peer)
+{
+	uint8_t in[PRM_MODIFY_QP_IN_BYTES], out[PRM_QUERY_QP_OUT_BYTES];
+
+	memset(in, 0, sizeof(in));
+	prm_set(in, PRM_IN_OPCODE, PRM_CMD_INIT2RTR_QP);
+	prm_set(in, PRM_QP_IN_QPN, d->qpn);
+	prm_set(in, PRM_QPC_MTU, 5);			/* 4096 */
+	prm_set(in, PRM_QPC_LOG_MSG_MAX, 30);
+	prm_set(in, PRM_QPC_REMOTE_QPN, peer->qpn);
+	prm_set(in, PRM_QPC_PAP_RLID, peer->lid);
+	prm_set(in, PRM_QPC_PAP_VHCA_PORT_NUM, 1);
+	prm_set(in, PRM_QPC_NEXT_RCV_PSN, peer->psn);
+	prm_set(in, PRM_QPC_LOG_RRA_MAX, 4);
+	prm_set(in, PRM_QPC_MIN_RNR_NAK, 12);
+	cmd_check(mlx5dv_devx_obj_modify(d->qp, in, PRM_MODIFY_QP_IN_BYTES, out, PRM_CMD_OUT_BYTES), out,
+		  "INIT2RTR_QP");
+	memset(in, 0, sizeof(in));
+	prm_set(in, PRM_IN_OPCODE, PRM_CMD_RTR2RTS_QP);
+	prm_set(in, PRM_QP_IN_QPN, d->qpn);
+	prm_set(in, PRM_QPC_NEXT_SEND_PSN, me->psn);
+	prm_set(in, PRM_QPC_PAP_ACK_TIMEOUT, 14);
+	prm_set(in, PRM_QPC_RETRY_COUNT, 7);
+	prm_set(in, PRM_QPC_RNR_RETRY, 7);
+	prm_set(in, PRM_QPC_LOG_SRA_MAX, 4);
+	cmd_check(mlx5dv_devx_obj_modify(d->qp, in, PRM_MODIFY_QP_IN_BYTES, out, PRM_CMD_OUT_BYTES), out,
+		  "RTR2RTS_QP");
+	memset(in, 0, sizeof(in));
+	prm_set(in, PRM_IN_OPCODE, PRM_CMD_QUERY_QP);
+	prm_set(in, PRM_QP_IN_QPN, d->qpn);
+	cmd_check(mlx5dv_devx_obj_query(d->qp, in, 16, out, sizeof(out)), out, "QUERY_QP");
+	CHECK(prm_get(out, PRM_QPC_STATE) == PRM_QPC_STATE_RTS, "QP state %u", prm_get(out, PRM_QPC_STATE));
+	CHECK(prm_get(out, PRM_QPC_REMOTE_QPN) == peer->qpn, "remote qpn");
+}
+
+/* Writes one WQE at the producer index, then doorbell record and UAR, as NVSHMEM does. */
+static void post_wqe(struct devx_qp *d, uint8_t opcode, uint64_t laddr, uint32_t len, uint32_t lkey,
+		     uint64_t raddr, uint32_t rkey, uint64_t add)
+{
+	uint8_t *wqe = d->wq_buf + (d->pi & ((1u << LOG_SQ) - 1)) * 64;
+	struct mlx5_wqe_ctrl_seg *ctrl = (void *)wqe;
+	struct mlx5_wqe_raddr_seg *r = (void *)(wqe + 16);
+	struct mlx5_wqe_data_seg *ds;
+	uint32_t nds = 3;
+	uint64_t db;
+	__be32 *dbrec = (__be32 *)(d->dbr + 64);
+
+	memset(wqe, 0, 64);
+	r->raddr = htobe64(raddr);
+	r->rkey = htobe32(rkey);
+	if (opcode == MLX5_OPCODE_ATOMIC_FA) {
+		struct mlx5_wqe_atomic_seg *a = (void *)(wqe + 32);
+
+		a->swap_add = htobe64(add);
+		ds = (void *)(wqe + 48);
+		nds = 4;
+	} else {
+		ds = (void *)(wqe + 32);
+	}
+	ds->byte_count = htobe32(len);
+	ds->lkey = htobe32(lkey);
+	ds->addr = htobe64(laddr);
+	mlx5dv_set_ctrl_seg(ctrl, (uint16_t)d->pi, opcode, 0, d->qpn, MLX5_WQE_CTRL_CQ_UPDATE, (uint8_t)nds, 0, 0);
+	d->pi++;
+	__atomic_thread_fence(__ATOMIC_RELEASE);
+	dbrec[1] = htobe32(d->pi & 0xffff);
+	__atomic_thread_fence(__ATOMIC_RELEASE);
+	/* {be32(producer index << 8), be32(qpn << 8)}: opcode 0 and ds 0, as NVSHMEM rings */
+	db = (uint64_t)htobe32(d->pi << 8) | (uint64_t)htobe32(d->qpn << 8) << 32;
+	__atomic_store_n((uint64_t *)d->uar->reg_addr, db, __ATOMIC_RELEASE);
+}
+
+/* Polls our own CQ for the completion of the WQE at index IDX. */
+static struct mlx5_cqe64 poll_cqe(struct devx_qp *d, uint32_t idx)
+{
+	struct mlx5_cqe64 *cqe = (void *)(d->cq_buf + (d->ci & ((1u << LOG_CQ) - 1)) * 64), copy;
+	__be32 *dbrec = (__be32 *)d->dbr;
+	double end = now_s() + 20;
+
+	for (;;) {
+		uint8_t op_own = __atomic_load_n(&cqe->op_own, __ATOMIC_ACQUIRE);
+
+		if ((op_own >> 4) != MLX5_CQE_INVALID && (op_own & 1) == ((d->ci >> LOG_CQ) & 1))
+			break;
+		CHECK(now_s() < end, "no CQE for WQE %u", idx);
+	}
+	copy = *cqe;
+	d->ci++;
+	dbrec[0] = htobe32(d->ci & 0xffffff);
+	CHECK(mlx5dv_get_cqe_opcode(&copy) == MLX5_CQE_REQ, "CQE opcode %u (syndrome %#x)",
+	      mlx5dv_get_cqe_opcode(&copy), ((struct mlx5_err_cqe *)&copy)->syndrome);
+	CHECK(be16toh(copy.wqe_counter) == (uint16_t)idx, "wqe_counter %u, expected %u",
+	      be16toh(copy.wqe_counter), idx);
+	CHECK((be32toh(copy.sop_drop_qpn) & 0xffffff) == d->qpn, "qpn in CQE");
+	return copy;
+}
+
+int main(int argc, char **argv)
+{
+	struct devx_qp d = {0};
+	struct peer_info me = {0}, peer;
+	uint8_t *region = aligned_alloc(4096, REGION);
+	struct ibv_mr *mr;
+	const char *host = NULL;
+	int port = 18800, opt, fd;
+
+	while ((opt = getopt(argc, argv, "p:")) != -1)
+		if (opt == 'p')
+			port = atoi(optarg);
+	if (optind < argc)
+		host = argv[optind];
+	setvbuf(stdout, NULL, _IOLBF, 0);
+	srand48(getpid());
+	build(&d);
+	memset(region, 0, REGION);
+	*(uint64_t *)(region + REGION - 8) = COUNTER_INIT;
+	mr = ibv_reg_mr(d.pd, region, REGION, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE |
+						      IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC);
+	CHECK(mr, "ibv_reg_mr: %s", strerror(errno));
+	{
+		struct ibv_port_attr pa;
+
+		CHECK(!ibv_query_port(d.ctx, 1, &pa), "query_port");
+		me.lid = pa.lid;
+	}
+	me.qpn = d.qpn;
+	me.psn = (uint32_t)lrand48() & 0xffffff;
+	me.addr = (uintptr_t)region;
+	me.rkey = mr->rkey;
+	fd = tcp_connect_or_accept(host, port);
+	exchange(fd, &me, &peer);
+	connect_devx(&d, &me, &peer);
+	printf("devx qp %#x connected to %#x: RTS\n", d.qpn, peer.qpn);
+	sync_peer(fd);
+	if (host) {
+		uint8_t *src = region, *dst = region + 16384;
+		uint64_t *res = (uint64_t *)(region + 32768);
+		struct mlx5_cqe64 c;
+		uint64_t expect = COUNTER_INIT;
+		uint32_t idx = 0;
+
+		for (int i = 0; i < 4096; i++)
+			src[i] = (uint8_t)(i * 7 + 3);
+		post_wqe(&d, MLX5_OPCODE_RDMA_WRITE, (uintptr_t)src, 4096, mr->lkey, peer.addr + 4096, peer.rkey, 0);
+		poll_cqe(&d, idx++);
+		post_wqe(&d, MLX5_OPCODE_RDMA_READ, (uintptr_t)dst, 4096, mr->lkey, peer.addr + 4096, peer.rkey, 0);
+		c = poll_cqe(&d, idx++);
+		CHECK(be32toh(c.byte_cnt) == 4096, "READ byte_cnt %u", be32toh(c.byte_cnt));
+		CHECK(!memcmp(src, dst, 4096), "read back differs");
+		printf("write 4096 + read 4096: identical\n");
+		for (uint64_t add = 1; add <= 3; add++) {
+			post_wqe(&d, MLX5_OPCODE_ATOMIC_FA, (uintptr_t)&res[0], 8, mr->lkey,
+				 peer.addr + REGION - 8, peer.rkey, add * 100);
+			poll_cqe(&d, idx++);
+			CHECK(res[0] == expect, "fetch_add returned %llu, expected %llu", (unsigned long long)res[0],
+			      (unsigned long long)expect);
+			expect += add * 100;
+		}
+		post_wqe(&d, MLX5_OPCODE_RDMA_READ, (uintptr_t)&res[1], 8, mr->lkey, peer.addr + REGION - 8,
+			 peer.rkey, 0);
+		poll_cqe(&d, idx++);
+		CHECK(res[1] == expect, "counter %llu", (unsigned long long)res[1]);
+		printf("fetch_add x3: returned 40, 140, 340; counter %llu\n", (unsigned long long)res[1]);
+		printf("client: %u WQEs, %u CQEs polled by hand\n", d.pi, d.ci);
+	}
+	sync_peer(fd);
+	if (!host)
+		printf("server: counter %llu, bytes 4096..8191 written\n",
+		       (unsigned long long)*(uint64_t *)(region + REGION - 8));
+	close(fd);
+	CHECK(!mlx5dv_devx_obj_destroy(d.qp) && !mlx5dv_devx_obj_destroy(d.cq), "destroy");
+	CHECK(!mlx5dv_devx_umem_dereg(d.cq_umem) && !mlx5dv_devx_umem_dereg(d.wq_umem) &&
+	      !mlx5dv_devx_umem_dereg(d.dbr_umem), "dereg");
+	mlx5dv_devx_free_uar(d.uar);
+	ibv_dereg_mr(mr);
+	ibv_dealloc_pd(d.pd);
+	ibv_close_device(d.ctx);
+	return 0;
+}

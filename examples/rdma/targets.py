@@ -1,0 +1,15 @@
+# RDMA example programs.  They are ordinary verbs programs linked against the system's
+# rdma-core (libibverbs-dev); at run time they bind whichever libibverbs.so.1 the loader
+# finds first: the emulated one under `sigmatrace simnic run`.
+_CFLAGS = ["-Wno-unused-function", "-pthread"]
+
+TARGETS = [
+    Target(out="bin/rdma_ops", sources=["examples/rdma/rdma_ops.c"], kind="exe",
+           cflags=_CFLAGS, libs=["ibverbs"]),
+    Target(out="bin/rdma_stream", sources=["examples/rdma/rdma_stream.c"], kind="exe",
+           cflags=_CFLAGS, libs=["ibverbs"]),
+    Target(out="bin/devx_rc", sources=["examples/rdma/devx_rc.c"], kind="exe",
+           cflags=_CFLAGS, libs=["ibverbs", "mlx5"]),
+    Target(out="bin/rdma_errors", sources=["examples/rdma/rdma_errors.c"], kind="exe",
+           cflags=_CFLAGS, libs=["ibverbs"]),
+]

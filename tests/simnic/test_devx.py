@@ -1,0 +1,23 @@
+"""A QP built with DevX in host memory (as GPU-initiated libraries build theirs), WQEs written
+and CQEs polled by the program itself: WRITE, READ and FETCH_ADD between two processes."""
+from .conftest import example, free_port, run_pair
+
+
+def test_devx_rc_qp_write_read_fetch_add(nic_env):
+    prog = str(example("devx_rc"))
+    port = str(free_port())
+    srv, cli = run_pair([prog, "-p", port], [prog, "-p", port, "localhost"], nic_env)
+    assert cli.rc == 0, cli.out + cli.err
+    assert srv.rc == 0, srv.out + srv.err
+    caps = "caps: port_type=0 log_bf_reg_size=9 cqe_version=1 rc=1 log_max_qp_sz=15"
+    c = cli.out.splitlines()
+    assert c[0] == caps
+    assert c[1].startswith("devx qp 0x") and c[1].endswith(": RTS")
+    assert c[2:] == [
+        "write 4096 + read 4096: identical",
+        "fetch_add x3: returned 40, 140, 340; counter 640",
+        "client: 6 WQEs, 6 CQEs polled by hand",
+    ]
+    s = srv.out.splitlines()
+    assert s[0] == caps
+    assert s[2] == "server: counter 640, bytes 4096..8191 written"
