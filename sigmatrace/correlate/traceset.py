@@ -63,7 +63,9 @@ class Proc:
 
     @property
     def label(self) -> str:
-        return f"{self.host}:{self.pid}"
+        """host:pid, and host:pid.n for the n-th later program image of a pid (p<pid>.<n>)."""
+        image = self.pt.path.name[1:].partition(".")[2]
+        return f"{self.host}:{self.pid}" + (f".{image}" if image else "")
 
     @property
     def argv(self) -> list[str]:
