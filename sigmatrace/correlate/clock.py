@@ -103,9 +103,6 @@ class ClockModel:
         rate = 1.0 if len(mono) < 2 else (real[-1] - real[0]) / (mono[-1] - mono[0])
         return _piecewise(m, mono, real, rate)
 
-    def one(self, tsc: int) -> int:
-        return int(self.tsc_to_ns(np.array([tsc], dtype=np.int64))[0])
-
     def residual_ns(self) -> float:
         """Largest distance of a triple from the straight line through the first and last: how
         far from linear the clock was (0 with two triples or fewer)."""

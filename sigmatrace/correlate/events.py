@@ -9,8 +9,8 @@ consumers pick records by type.
 
 Streams are read in chunks (bounded memory), one chunk ahead: continuations that start a chunk
 are moved to the end of the previous one, joining the record they continue.  When several streams
-of a process must be seen in time order (several threads posting on one QP), `ordered_batches`
-merges them by timestamp with a watermark, holding at most one chunk per stream.
+of a process must be seen in time order (several threads posting on one QP), `process_batches`
+(ordered) merges them by timestamp with a watermark, holding at most one chunk per stream.
 """
 from __future__ import annotations
 
@@ -85,7 +85,7 @@ def concat_records(parts: list[np.ndarray]) -> np.ndarray:
     return np.concatenate([np.ascontiguousarray(p).view(np.uint8).reshape(-1) for p in parts]).view(fmt.RECORD_DTYPE)
 
 
-def stream_batches(ts: TraceSet, p: Proc, s: StreamInfo, chunk_records: int = 1 << 20,
+def stream_batches(ts: TraceSet, p: Proc, s: StreamInfo, chunk_records: int = 1 << 17,
                    on_read=None) -> Iterator[Batch]:
     """Events of one stream in file order, `chunk_records` at a time."""
     sf = StreamFile(s.path)
@@ -175,7 +175,7 @@ def _fold(recs: np.ndarray, cont: np.ndarray) -> dict[str, np.ndarray]:
     return out
 
 
-def process_batches(ts: TraceSet, p: Proc, chunk_records: int = 1 << 20, ordered: bool = False,
+def process_batches(ts: TraceSet, p: Proc, chunk_records: int = 1 << 17, ordered: bool = False,
                     on_read=None) -> Iterator[Batch]:
     """Every event of a process: stream after stream, or (ordered) merged in time order."""
     if not ordered or len(p.streams) < 2:

@@ -258,13 +258,3 @@ class Topology:
         if not len(self.peer):
             return np.full(len(ep), -1, np.int64)
         return np.where(ep >= 0, self.peer[np.maximum(ep, 0)], -1)
-
-    def resolve_qpn(self, qpn: int, exclude_proc: int | None = None) -> int:
-        """The only endpoint with this qpn (UD / DC destinations), or -1."""
-        hits = [i for i, q in enumerate(self.qps) if q.qpn == qpn and q.proc != exclude_proc]
-        return hits[0] if len(hits) == 1 else -1
-
-    def connections(self) -> list[tuple[int, int]]:
-        """Pairs of endpoints connected to each other (each pair once)."""
-        return [(i, q.peer) for i, q in enumerate(self.qps) if q.peer > i and self.qps[q.peer].peer == i] + \
-               [(i, q.peer) for i, q in enumerate(self.qps) if q.peer >= 0 and self.qps[q.peer].peer != i]

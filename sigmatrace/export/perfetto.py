@@ -283,8 +283,9 @@ class PerfettoSink(Sink):
         return self._encode(s["ns"], track, EV_POST_SEND, args, [s["flow_out"], s["flow_local"]], None)
 
     def _recv(self, p, s, track, rt):
-        first = "qpn" if rt == RT.RECV_WR else "srq"
-        args = [(first, s["qpn"]), ("bytes", s["len"]), ("sge", s["aux"]), ("addr", s["addr"]), ("lkey", s["key"]),
+        # a receive names its QP; an SRQ receive its SRQ (the handle, in aux32)
+        first = ("qpn", s["qpn"]) if rt == RT.RECV_WR else ("srq", s["aux32"])
+        args = [first, ("bytes", s["len"]), ("sge", s["aux"]), ("addr", s["addr"]), ("lkey", s["key"]),
                 ("wr_id", s["extra"])]
         return self._encode(s["ns"], track, EV_POST_RECV if rt == RT.RECV_WR else EV_POST_SRQ_RECV, args, [], None)
 

@@ -87,20 +87,11 @@ class StreamFile:
                     yield good
 
     def raw_chunks(self, chunk_records: int = DEFAULT_CHUNK_RECORDS) -> Iterator[np.ndarray]:
-        """Every whole record, unvalidated, in chunks (a bounded buffer, unlike memmap(), whose
-        touched pages count in the reader's resident memory)."""
+        """Every whole record, unvalidated, in chunks: for quick scans of a column."""
         with open(self.path, "rb") as f:
             f.seek(fmt.STREAM_HEADER_SIZE)
             for start in range(0, self.n_records, chunk_records):
                 yield np.fromfile(f, dtype=fmt.RECORD_DTYPE, count=min(chunk_records, self.n_records - start))
-
-    def memmap(self) -> np.ndarray:
-        """A read-only view of every whole record, unvalidated: for quick scans of one column
-        (the OS pages the file in; nothing is copied).  Records with seq 0 are unwritten."""
-        if self.n_records == 0:
-            return np.zeros(0, fmt.RECORD_DTYPE)
-        return np.memmap(self.path, dtype=fmt.RECORD_DTYPE, mode="r", offset=fmt.STREAM_HEADER_SIZE,
-                         shape=(self.n_records,))
 
     def read(self) -> np.ndarray:
         """All sound records of the stream."""
