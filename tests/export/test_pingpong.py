@@ -177,3 +177,86 @@ def test_matrix_sums_to_the_bytes_moved(run, exported):
     assert sum(map(sum, m["bytes"])) == moved and sum(map(sum, m["ops"])) == 2 * ITERS
     agg = json.loads((d / "pp.json").read_text())
     assert agg["matrices"]["process"]["bytes"] == m["bytes"]
+
+
+SRQ_PINGPONG = shutil.which("ibv_srq_pingpong")
+SRQ_QPS, SRQ_ITERS, SRQ_SIZE = 4, 600, 1024
+
+
+def srq_recv_wrs_posted(iters: int, qps: int, depth: int = RX_DEPTH) -> int:
+    """srq_pingpong.c: `depth` receives on the SRQ at start, refilled to `depth` whenever no more
+    than one per QP is left."""
+    routs = total = depth
+    for _ in range(iters):
+        routs -= 1
+        if routs <= qps:
+            total += depth - routs
+            routs = depth
+    return total
+
+
+@pytest.mark.skipif(SRQ_PINGPONG is None, reason="ibverbs-utils (ibv_srq_pingpong) is not installed")
+def test_srq_pingpong_four_qp_pairs(tmp_path):
+    """ibv_srq_pingpong: four QP pairs whose receives come from one shared receive queue; every
+    QP is paired with the right peer and every send flows to the receive it completed."""
+    from sigmatrace.simnic import cleanup, environment, unique_fabric
+    fabric = unique_fabric()
+    env = {**os.environ, **environment(devices=1, fabric=fabric)}
+    args = [SRQ_PINGPONG, "-n", str(SRQ_ITERS), "-s", str(SRQ_SIZE), "-q", str(SRQ_QPS), "-p", str(_free_port())]
+    server = subprocess.Popen(_sigmatrace("spawn", "-q", "--mode", "full", "--out", tmp_path / "s", "--", *args),
+                              env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        time.sleep(1.0)
+        client = subprocess.run(_sigmatrace("spawn", "-q", "--mode", "full", "--out", tmp_path / "c", "--", *args,
+                                            "127.0.0.1"), env=env, capture_output=True, text=True, timeout=180,
+                                start_new_session=True)
+        s_out, s_err = server.communicate(timeout=60)
+    finally:
+        if server.poll() is None:
+            os.killpg(server.pid, signal.SIGKILL)
+            server.wait()
+        cleanup(fabric)
+    assert client.returncode == 0 and server.returncode == 0, client.stderr + s_err
+    # each side prints its QPNs, then the peer's, in pair order
+    pairs = set()
+    for out in (s_out, client.stdout):
+        loc = [int(x, 16) for x in re.findall(r"local address:\s+LID 0x[0-9a-f]+, QPN 0x([0-9a-f]+)", out)]
+        rem = [int(x, 16) for x in re.findall(r"remote address:\s+LID 0x[0-9a-f]+, QPN 0x([0-9a-f]+)", out)]
+        assert len(loc) == len(rem) == SRQ_QPS
+        pairs |= set(zip(loc, rem))
+    r = subprocess.run(_sigmatrace("export", tmp_path / "s", tmp_path / "c", "--perfetto", tmp_path / "x.pftrace",
+                                   "--parquet", tmp_path / "t", "-q"), capture_output=True, text=True, timeout=180)
+    assert r.returncode == 0, r.stderr
+    from sigmatrace.export.sql import connect
+    con = connect(tmp_path / "t")
+    assert set(con.sql("SELECT qpn, peer_qpn FROM qps").fetchall()) == pairs
+    # which QP a message goes out on depends on where the last one came in: per QP the counts
+    # vary, but every send of a QP is one receive on its peer and one send completion of its own
+    c = {(k, op, q): (n, b) for k, op, q, n, b in con.sql(
+        "SELECT kind, op, qpn, count(*), sum(bytes) FROM ops WHERE kind <> 'srq_recv_wr' GROUP BY ALL").fetchall()}
+    sends = {q: c[("send_wr", "SEND", q)][0] for q, _ in pairs}
+    for q, r in pairs:
+        assert c[("send_wr", "SEND", q)] == (sends[q], sends[q] * SRQ_SIZE)
+        assert c[("completion", "RECV", r)] == (sends[q], sends[q] * SRQ_SIZE)
+        assert c[("completion", "SEND", q)] == (sends[q], 0)
+    assert len(c) == 3 * len(pairs)
+    # srq_pingpong keeps sending until both its counts reach -n, so a side may post up to one
+    # message per QP more than -n
+    by_pid = dict(con.sql("SELECT pid, count(*) FROM ops WHERE kind = 'send_wr' GROUP BY pid").fetchall())
+    assert len(by_pid) == 2 and all(SRQ_ITERS <= n < SRQ_ITERS + SRQ_QPS for n in by_pid.values())
+    received = dict(con.sql("SELECT pid, count(*) FROM ops WHERE kind = 'completion' AND op = 'RECV' "
+                            "GROUP BY pid").fetchall())
+    srq = dict(con.sql("SELECT pid, count(*) FROM ops WHERE kind = 'srq_recv_wr' GROUP BY pid").fetchall())
+    assert srq == {pid: srq_recv_wrs_posted(received[pid], SRQ_QPS) for pid in received}
+    pt = parse_perfetto(tmp_path / "x.pftrace")
+    src = {f: (p, te) for p, te in pt.events for f in te.flow_ids}
+    recv_pairs = collections.Counter()
+    for p, te in pt.events:
+        for f in te.terminating_flow_ids:
+            ps, s = src[f]
+            a, b = pt.args(s), pt.args(te)
+            if b["opcode"] == "RECV":
+                assert (a["qpn"], b["qpn"]) in pairs and p.timestamp > ps.timestamp
+                recv_pairs[a["qpn"]] += 1
+    assert recv_pairs == sends
+    assert len(src) == 2 * sum(sends.values())      # each send to its receive, and to its own completion
