@@ -30,9 +30,15 @@
     }
     const setOriginal = api.fn('st_set_original', 'int', ['pointer', 'pointer']);
     const hooked = api.fn('st_cuda_hooked', 'void', ['pointer', 'pointer']);
+    const seen = new Map(); // address -> export name replaced there
     for (const name of WRAPPED) {
       const addr = lib.findExportByName(name);
       if (addr === null) continue; // older drivers lack the _v2 / cuGetProcAddress entries
+      if (seen.has(addr.toString())) { // two names of one function: hooked once
+        installed.push(name + '=' + seen.get(addr.toString()));
+        continue;
+      }
+      seen.set(addr.toString(), name);
       try {
         const cname = Memory.allocUtf8String(name);
         hooked(cname, addr);

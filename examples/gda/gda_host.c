@@ -863,7 +863,7 @@ int main(int argc, char **argv)
         fprintf(stderr, "gda_example: cannot write %s: %s\n", c.o.json, strerror(errno));
         js = stdout;
     }
-    fprintf(js, js, "{\"backend\":\"%s\",\"mode\":\"%s\",\"n\":%" PRIu64 ",\"kinds\":[", gda_backend, mode_name(c.o.mode), c.o.n);
+    fprintf(js, "{\"backend\":\"%s\",\"mode\":\"%s\",\"n\":%" PRIu64 ",\"kinds\":[", gda_backend, mode_name(c.o.mode), c.o.n);
     const char *kn[] = {"write", "read", "fadd", "writev"};
     for (int k = 0, first = 1; k < 4; k++)
         if (c.o.kinds & (1u << k)) {
