@@ -184,38 +184,61 @@ class Topology:
         self._arrays()
 
     def _resolve(self) -> None:
+        """Give each QP the one candidate that fits best: a QP with the remote number, not
+        contradicted by any address or remote number known on either side, and confirmed by as
+        many of them as possible.  Ties stay unresolved (and reported); a QP claimed by several
+        others keeps only the one it names itself."""
         by_qpn: dict[int, list[int]] = defaultdict(list)
         for i, q in enumerate(self.qps):
             by_qpn[q.qpn].append(i)
         for i, q in enumerate(self.qps):
             if q.dest_qpn is None or q.peer >= 0:
                 continue
-            cands = [j for j in by_qpn.get(q.dest_qpn, []) if j != i]
-            if not cands:
+            scored = []
+            for j in by_qpn.get(q.dest_qpn, []):
+                if j == i:
+                    continue
+                r = self.qps[j]
+                checks = [self._addressed(q, r), self._addressed(r, q),
+                          None if r.dest_qpn is None else r.dest_qpn == q.qpn]
+                if False in checks:
+                    continue
+                scored.append((sum(c is True for c in checks), j))
+            if not scored:
                 continue
-            addressed = [j for j in cands if self._addressed(q, self.qps[j])]
-            if len(addressed) == 1:
-                q.peer = addressed[0]
-                continue
-            pool = addressed or cands
-            mutual = [j for j in pool if self.qps[j].dest_qpn == q.qpn and
-                      (self.qps[j].dgid is None and self.qps[j].dlid is None or self._addressed(self.qps[j], q))]
-            if len(mutual) == 1:
-                q.peer = mutual[0]
-            elif len(pool) > 1 and not q.events:
-                q.events.append("ambiguous")
-                p = self.traces.procs[q.proc]
-                self.traces.add_problem(Problem(p.pt.path, None, f"QP 0x{q.qpn:x}: remote QP 0x{q.dest_qpn:x} matches "
-                                                                 f"{len(pool)} QPs in the given traces; left unresolved"))
+            best = max(sc for sc, _ in scored)
+            top = [j for sc, j in scored if sc == best]
+            if len(top) == 1:
+                q.peer = top[0]
+            else:
+                self._ambiguous(q, len(top))
+        claims: dict[int, list[int]] = defaultdict(list)
+        for i, q in enumerate(self.qps):
+            if q.peer >= 0:
+                claims[q.peer].append(i)
+        for r, qs in claims.items():
+            if len(qs) > 1:
+                for i in qs:
+                    if self.qps[r].peer != i:
+                        self.qps[i].peer = -1
+                        self._ambiguous(self.qps[i], len(qs))
+
+    def _ambiguous(self, q: QpInfo, n: int) -> None:
+        if "ambiguous" in q.events:
+            return
+        q.events.append("ambiguous")
+        p = self.traces.procs[q.proc]
+        self.traces.add_problem(Problem(p.pt.path, None, f"QP 0x{q.qpn:x}: remote QP 0x{q.dest_qpn:x} matches "
+                                                         f"{n} QPs in the given traces; left unresolved"))
 
     @staticmethod
-    def _addressed(q: QpInfo, r: QpInfo) -> bool:
-        """Does r's own port have the address q was connected to?"""
+    def _addressed(q: QpInfo, r: QpInfo) -> bool | None:
+        """Does r's own port have the address q was connected to?  None when either is unknown."""
         if q.dgid is not None and r.gid is not None:
             return q.dgid == r.gid
         if q.dlid and r.lid:
             return q.dlid == r.lid
-        return False
+        return None
 
     def _arrays(self) -> None:
         n = len(self.qps)

@@ -73,7 +73,9 @@ def test_ambiguous_is_left_unresolved_and_reported(tmp_path):
             _proc(tmp_path, "b", 2, _qp(0x10, 0x20)),
             _proc(tmp_path, "c", 3, _qp(0x10, 0x20))]
     c = Correlator(dirs)
-    assert _peers(c)[("a", 0x20)] is None
+    got = _peers(c)
+    # a cannot tell b from c; b and c both point at a, which names neither: nobody is paired
+    assert got == {("a", 0x20): None, ("b", 0x10): None, ("c", 0x10): None}
     assert any("matches 2 QPs" in pr.what for pr in c.problems)
 
 
@@ -95,3 +97,15 @@ def test_devx_qp_through_its_pd_context(tmp_path):
     assert _peers(c) == {("a", 0x30): ("b", 0x40), ("b", 0x40): ("a", 0x30)}
     assert sorted((q.gpu, q.sq_slots, q.state, q.origin) for q in c.topology.qps) == \
         [(2, 256, "RTR", "devx"), (5, 256, "RTR", "devx")]
+
+
+def test_loopback_devx_pairs_without_port_addresses(tmp_path):
+    """DevX QPs of one process connected to each other, with no port_info (the device opened
+    through mlx5dv, never queried): the pairs name each other, so they pair."""
+    def devx(qpn, rq, obj):
+        return [{"ev": "devx_qp_create", "obj": obj, "qpn": qpn, "st": "RC", "pd": 1, "gpu": 0},
+                {"ev": "devx_qp_modify", "obj": obj, "qpn": qpn, "op": "INIT2RTR", "remote_qpn": rq, "rlid": 18}]
+    dirs = [_proc(tmp_path, "a", 1, [*devx(0x109, 0x10a, 1), *devx(0x10a, 0x109, 2),
+                                     *devx(0x10b, 0x10c, 3), *devx(0x10c, 0x10b, 4)])]
+    assert _peers(Correlator(dirs)) == {("a", 0x109): ("a", 0x10a), ("a", 0x10a): ("a", 0x109),
+                                        ("a", 0x10b): ("a", 0x10c), ("a", 0x10c): ("a", 0x10b)}
