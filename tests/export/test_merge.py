@@ -98,3 +98,20 @@ def test_output_must_be_new(tmp_path):
     (tmp_path / "busy" / "x").write_text("x")
     r = sigmatrace("merge", *dirs, "-o", tmp_path / "busy", check=False)
     assert r.returncode == 2 and "not empty" in r.stderr
+
+
+def test_exec_images_are_processes_of_their_own(tmp_path):
+    """p<pid>.<n> (a later program image of a pid) is a process of its own, through merge too."""
+    t, dirs = build_two_nodes(tmp_path / "ranks", layout="single", same_pid=False)
+    root = dirs[0]
+    os.rename(root / "p5353", root / "p4242.1")          # as if node-b's program were node-a's exec
+    sigmatrace("merge", root, "-o", tmp_path / "m")
+    td = TraceDir(tmp_path / "m")
+    assert sorted(p.path.name for p in td.processes) == ["p4242", "p4242.1"]
+    c = Correlator([tmp_path / "m"])
+    assert sorted(p.label for p in c.procs) == ["node-a:4242", "node-b:4242.1"]
+    run(c, [PerfettoSink(tmp_path / "x.pftrace")])
+    pt = parse_perfetto(tmp_path / "x.pftrace")
+    names = sorted(td.process.process_name for td in pt.tracks.values() if td.HasField("process"))
+    assert names == ["node-a:4242 rank 0 synthetic", "node-b:4242.1 rank 1 synthetic"]
+    assert len({td.process.pid for td in pt.tracks.values() if td.HasField("process")}) == 2
