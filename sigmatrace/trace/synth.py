@@ -336,18 +336,20 @@ class SynthTrace:
         return p.end_ns
 
     def gpu_ops(self, q: Qp, n: int, size: int = 8192, start_ns: int | None = None, period_ns: int = 500,
-                batch_doorbells: int = 8, lose_batches: tuple[int, ...] = (), parse_delay_ns: int = 3000) -> int:
+                batch_doorbells: int = 8, lose_batches: tuple[int, ...] = (), parse_delay_ns: int = 3000,
+                sends: bool = False, latency_ns: int = 1500) -> int:
         """`n` GPU-posted WQEs on q (a cycle of RDMA_WRITE, 3-segment RDMA_WRITE over two basic
-        blocks, ATOMIC_FA), rung in doorbells of 1-3 WQEs; the repeater records every doorbell
-        and parses WQEs every `batch_doorbells` doorbells (batches in `lose_batches` are lost)."""
+        blocks, ATOMIC_FA; or, with `sends`, SENDs that the peer receives `latency_ns` after their
+        doorbell), rung in doorbells of 1-3 WQEs; the repeater records every doorbell and parses
+        WQEs every `batch_doorbells` doorbells (batches in `lose_batches` are lost)."""
         p = q.proc
         t0 = start_ns if start_ns is not None else p.end_ns + 10_000
-        kind = np.arange(n) % 3
-        ds = np.array([3, 5, 4])[kind]
+        kind = np.full(n, 3) if sends else np.arange(n) % 3
+        ds = np.array([3, 5, 4, 2])[kind]
         nbb = (ds + 3) // 4
-        segs = np.array([1, 3, 1])[kind]
-        op = np.array([MLX5_RDMA_WRITE, MLX5_RDMA_WRITE, MLX5_ATOMIC_FA])[kind]
-        nbytes = np.where(kind == 2, 8, np.where(kind == 1, 3 * size, size)).astype(np.int64)
+        segs = np.array([1, 3, 1, 1])[kind]
+        op = np.array([MLX5_RDMA_WRITE, MLX5_RDMA_WRITE, MLX5_ATOMIC_FA, MLX5_SEND])[kind]
+        nbytes = np.array([size, 3 * size, 8, size], np.int64)[kind]
         start_bb = q.sq_pi + np.concatenate(([0], np.cumsum(nbb)[:-1]))
         t_wqe = t0 + np.arange(n, dtype=np.int64) * period_ns
         # doorbells of 1, 2, 3 WQEs in turn
@@ -405,6 +407,10 @@ class SynthTrace:
         p.repeaters[rep]["doorbells"] += nd
         p.count_records(tid, nd)
         p.end_ns = max(p.end_ns, int(t_db[-1]) + parse_delay_ns + 1000)
+        if sends:
+            # each SEND completes a receive on the peer, after the doorbell that carried it
+            self._recv_side(r, np.repeat(t_db, sizes) + latency_ns, size)
+            r.proc.end_ns = max(r.proc.end_ns, int(t_db[-1]) + latency_ns + 1000)
         return p.end_ns
 
     def cxi_cmds(self, p: SynthProcess, n: int, tid: int | None = None, cq: int = 3, dst_nid: int = 0x41,

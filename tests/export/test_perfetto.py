@@ -234,3 +234,26 @@ def test_two_threads_posting_on_one_qp(tmp_path):
                 assert p.timestamp - ps.timestamp == pytest.approx(1500, abs=2 * 10 + 3)
                 pairs += 1
     assert pairs == 40
+
+
+def test_gpu_sends_flow_to_the_receives_they_completed(tmp_path):
+    from sigmatrace.trace.synth import SynthTrace
+    t = SynthTrace(12)
+    a = t.process("node-a", 11, calib_jitter_ns=10)
+    b = t.process("node-b", 22, calib_jitter_ns=10)
+    ga, gb = t.gpu_pair(a, b)
+    t.gpu_ops(ga, 30, size=512, sends=True, batch_doorbells=4)
+    dirs = t.write(tmp_path / "run")
+    run(Correlator(dirs), [PerfettoSink(tmp_path / "x.pftrace")])
+    pt = parse_perfetto(tmp_path / "x.pftrace")
+    src = {f: (p, te) for p, te in pt.events for f in te.flow_ids}
+    n = 0
+    for p, te in pt.events:
+        for f in te.terminating_flow_ids:
+            ps, s = src[f]
+            assert pt.name(s) == "SEND" and pt.args(s)["bytes"] == 512
+            assert pt.name(te) == "ibv_poll_cq" and pt.args(te)["opcode"] == "RECV"
+            # the WQE sits at its doorbell's time; the receive follows it by the latency
+            assert abs(p.timestamp - ps.timestamp - 1500) <= 2 * 10 + 3
+            n += 1
+    assert n == len(src) == 30
