@@ -32,23 +32,75 @@ FLOW_SEND_RECV = 1     # a receive-consuming send -> the peer's receive completi
 FLOW_LOCAL = 2         # a signaled work request -> its own completion
 
 
+def table(*values, size: int = 256) -> np.ndarray:
+    """A lookup table: table(...)[x] is True where x is one of `values` (one gather, where
+    np.isin makes a pass per value)."""
+    t = np.zeros(size, bool)
+    t[list(values)] = True
+    return t
+
+
+def _pair_table(kind: int, ops) -> np.ndarray:
+    t = np.zeros(256 * 256, bool)
+    for op in ops:
+        t[kind * 256 + int(op)] = True
+    return t
+
+
+# (type, op) -> consumes a receive on the peer: verbs SEND_WRs and mlx5 WQEs of those opcodes
+_CONSUMER = _pair_table(RT.SEND_WR, WR_CONSUMES_RECV) | _pair_table(RT.WQE, MLX5_CONSUMES_RECV)
+_RECV_COMP = _pair_table(RT.COMPLETION, WC_RECV_OPS)
+
+
 def categories(b) -> dict[str, np.ndarray]:
     """Boolean masks of the records that take part in matching (`b`: a Batch or records)."""
-    t, op = b["type"], b["op"]
-    ok = (b["flags"] & fmt.RecFlag.ERR) == 0
+    t = b["type"]
+    key = t.astype(np.intp) * 256 + b["op"]
+    flags = b["flags"]
+    ok = (flags & fmt.RecFlag.ERR) == 0
     send_wr = (t == RT.SEND_WR) & ok
-    wqe = t == RT.WQE
     comp = (t == RT.COMPLETION) & (b["aux"] == 0)
-    recv_comp = comp & np.isin(op, WC_RECV_OPS)
+    recv_comp = comp & _RECV_COMP[key]
     return {
-        "send_consumer": (send_wr & np.isin(op, WR_CONSUMES_RECV)) | (wqe & np.isin(op, MLX5_CONSUMES_RECV)),
+        "send_consumer": _CONSUMER[key] & ok,
         # a QP made with sq_sig_all signals every WR, flagged or not: the matcher uses "send_wr"
         # there (see FlowCounts)
-        "signaled": send_wr & ((b["flags"] & fmt.RecFlag.SIGNALED) != 0),
+        "signaled": send_wr & ((flags & fmt.RecFlag.SIGNALED) != 0),
         "send_wr": send_wr,
         "recv_comp": recv_comp,
         "send_comp": comp & ~recv_comp,
     }
+
+
+def unique_inverse(a: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """np.unique(a, return_inverse=True), without the sort when every value is the same (one
+    thread, one QP, one pattern: the common case of a batch)."""
+    a = np.asarray(a)
+    if len(a) and bool((a == a[0]).all()):
+        return a[:1].copy(), np.zeros(len(a), np.intp)
+    u, inv = np.unique(a, return_inverse=True)
+    return u, inv.reshape(-1)
+
+
+def count_values(a: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(values, counts) like np.unique(a, return_counts=True), in one pass per distinct value
+    while there are few (a thread's records name one QP or a handful): no sort."""
+    a = np.asarray(a)
+    vals, counts = [], []
+    for _ in range(8):
+        if not len(a):
+            return np.array(vals, a.dtype), np.array(counts, np.int64)
+        v = a[0]
+        m = a == v
+        k = int(m.sum())
+        vals.append(v)
+        counts.append(k)
+        if k == len(a):
+            return np.array(vals, a.dtype), np.array(counts, np.int64)
+        a = a[~m]
+    u, c = np.unique(a, return_counts=True)
+    order = np.argsort(np.concatenate([vals, u]), kind="stable")
+    return np.concatenate([np.array(vals, a.dtype), u])[order], np.concatenate([counts, c])[order]
 
 
 def volume_rows(b) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
@@ -87,6 +139,11 @@ def ordinals(key: np.ndarray, state: dict) -> np.ndarray:
     n = len(key)
     if not n:
         return np.zeros(0, np.int64)
+    k0 = int(key[0])
+    if bool((key == key[0]).all()):          # one QP: no sort
+        base = state.get(k0, 0)
+        state[k0] = base + n
+        return np.arange(base, base + n, dtype=np.int64)
     order = np.argsort(key, kind="stable")
     ks = key[order]
     brk = np.concatenate(([True], ks[1:] != ks[:-1]))

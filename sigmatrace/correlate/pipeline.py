@@ -19,6 +19,7 @@ import numpy as np
 
 from ..trace import format as fmt
 from ..trace.reader import Problem
+from . import ops as O
 from .doorbells import DoorbellJoiner
 from .events import Batch
 from .traceset import Proc
@@ -26,6 +27,8 @@ from .traceset import Proc
 RT = fmt.RecType
 HOST_TYPES = (RT.POST_SEND, RT.SEND_WR, RT.RECV_WR, RT.POST_SRQ_RECV, RT.COMPLETION, RT.CXI_CMD)
 QP_TYPES = (RT.POST_SEND, RT.SEND_WR, RT.RECV_WR, RT.COMPLETION, RT.DOORBELL, RT.WQE, RT.WQE_LOSS)
+_IS_HOST = O.table(*HOST_TYPES)
+_HAS_QP = O.table(*QP_TYPES)
 
 
 class Sink:
@@ -79,7 +82,7 @@ def run(c, sinks: list[Sink]) -> ExportResult:
         for b in c.batches(p, ordered=ordered, on_read=task.advance):
             res.events += b.n
             t = b["type"]
-            host = np.isin(t, HOST_TYPES)
+            host = _IS_HOST[t]
             if host.any():
                 hb = b.take(np.flatnonzero(host)) if not host.all() else b
                 if endpoints:
@@ -98,7 +101,7 @@ def run(c, sinks: list[Sink]) -> ExportResult:
 
 
 def _endpoints(c, p: Proc, b: Batch, matcher) -> None:
-    qp = np.isin(b["type"], QP_TYPES)
+    qp = _HAS_QP[b["type"]]
     ep = c.topology.endpoint(p.index, b["qpn"])
     unknown = qp & (ep < 0)
     if unknown.any():

@@ -25,7 +25,6 @@ MODES = {lv.Mode.AGGREGATE: "aggregate", lv.Mode.SIMPLE: "simple", lv.Mode.FULL:
 DOORBELL_MODES = {lv.DoorbellMode.OFF: "off", lv.DoorbellMode.FORWARD: "forward", lv.DoorbellMode.WQE: "wqe"}
 
 
-MATCHING_TYPES = (fmt.RecType.SEND_WR, fmt.RecType.WQE, fmt.RecType.COMPLETION)
 SCAN_CHUNK = 1 << 18     # records per read of the quick passes (12 MB)
 
 
@@ -189,14 +188,10 @@ class TraceSet:
         try:
             sf = StreamFile(s.path)
             for part in sf.chunks(SCAN_CHUNK):
-                types = part["type"]
-                sel = np.flatnonzero(np.isin(types, MATCHING_TYPES))
-                if not len(sel):
-                    continue
-                recs = part[sel] if len(sel) < len(part) else part
-                for name, mask in O.categories(recs).items():
+                qpn = part["qpn"]
+                for name, mask in O.categories(part).items():
                     if mask.any():
-                        q, c = np.unique(recs["qpn"][mask], return_counts=True)
+                        q, c = O.count_values(qpn[mask])
                         d = s.matching.setdefault(name, {})
                         for qq, cc in zip(q.tolist(), c.tolist()):
                             d[qq] = d.get(qq, 0) + cc

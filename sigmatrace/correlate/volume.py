@@ -40,7 +40,7 @@ class Volume(Sink):
         t = b["type"]
         comp = t == RT.COMPLETION
         if comp.any():
-            ok = comp & (b["aux"] == 0) & np.isin(b["op"], O.WC_RECV_OPS)
+            ok = comp & (b["aux"] == 0) & (b["op"] >= 128)
             for e, k, by in _sum(b["ep"][ok], b["len"][ok]):
                 acc = self.recv.setdefault(e, [0, 0])
                 acc[0] += k

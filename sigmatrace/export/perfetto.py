@@ -30,6 +30,7 @@ from perfetto.protos.perfetto.trace import perfetto_trace_pb2 as pb
 
 from ..correlate.correlator import Correlator, FlowCounts
 from ..correlate.events import Batch
+from ..correlate import ops as O
 from ..correlate.matrix import physical_gpu
 from ..correlate.traceset import Proc
 from ..decode import names as N
@@ -66,6 +67,12 @@ S_PEER = 1 + 256 * len(STR_TABLES)
 # kinds of tracks; a track's uuid is a small number handed out in order (small varints)
 K_PROC, K_THREAD, K_QP, K_GPU, K_COUNTER, K_CXI, K_NOTES = 1, 2, 3, 4, 5, 6, 7
 M_DOORBELLS, M_BYTES = 1, 2
+
+_MLX5_ATOMIC = O.table(0x11, 0x12, 0x14, 0x15)     # ATOMIC_CS, ATOMIC_FA and their masked forms
+_MLX5_IMM = O.table(0x09, 0x0B)                    # RDMA_WRITE_IMM, SEND_IMM
+_WR_ATOMIC = O.table(5, 6)                         # IBV_WR_ATOMIC_CMP_AND_SWP, _FETCH_AND_ADD
+_WR_IMM = O.table(1, 3)                            # IBV_WR_RDMA_WRITE_WITH_IMM, SEND_WITH_IMM
+_POSTED = O.table(RT.POST_SEND, RT.SEND_WR)
 
 
 class PerfettoSink(Sink):
@@ -134,9 +141,9 @@ class PerfettoSink(Sink):
 
     def _tracks(self, describe, p: Proc, objs: np.ndarray) -> np.ndarray:
         """The track uuid of each row, describing tracks met for the first time."""
-        u, inv = np.unique(objs, return_inverse=True)
+        u, inv = O.unique_inverse(objs)
         ids = np.array([describe(p, int(o)) for o in u.tolist()], np.uint64)
-        return ids[inv.reshape(-1)]
+        return ids[inv]
 
     def _ep_label(self, ep: int) -> str:
         q = self.topo.qps[ep]
@@ -232,12 +239,12 @@ class PerfettoSink(Sink):
         m = np.flatnonzero(wqe)
         if len(m):
             s = b.take(m)
-            atomic = np.isin(s["op"], (0x11, 0x12, 0x14, 0x15))
+            atomic = _MLX5_ATOMIC[s["op"]]
             has_db = s["db_ns"] >= 0
             args = [
                 ("wqe_index", s["aux32"]), ("ds", s["aux"]), ("bytes", s["len"]), ("remote_addr", s["addr"]),
                 ("rkey", s["key"]), ("flags", s["flags"]),
-                ("imm", s["extra"] & np.uint64(0xFFFFFFFF), np.isin(s["op"], (0x09, 0x0B))),
+                ("imm", s["extra"] & np.uint64(0xFFFFFFFF), _MLX5_IMM[s["op"]]),
                 ("opmod", s["extra"] >> np.uint64(32), (s["extra"] >> np.uint64(32)) != 0),
                 ("segments", s["nseg"], s["nseg"] > 0), ("local_addr", s["seg_addr"], s["nseg"] > 0),
                 ("lkey", s["seg_key"], s["nseg"] > 0),
@@ -274,10 +281,10 @@ class PerfettoSink(Sink):
 
     def _send_wr(self, p, s, track, rt):
         op = s["op"]
-        atomic = np.isin(op, (5, 6))
+        atomic = _WR_ATOMIC[op]
         args = [("qpn", s["qpn"]), ("op", S_WR + _i(op), None, "s"), ("bytes", s["len"]), ("sge", s["aux"]),
                 ("remote_addr", s["addr"]), ("rkey", s["key"]), ("wr_id", s["extra"]), ("flags", s["flags"]),
-                ("imm", s["aux32"], np.isin(op, (1, 3))),
+                ("imm", s["aux32"], _WR_IMM[op]),
                 ("compare_add", s["cmp"], atomic), ("swap", s["swp"], atomic),
                 ("peer", S_PEER + s["peer"], s["peer"] >= 0, "s")]
         return self._encode(s["ns"], track, EV_POST_SEND, args, [s["flow_out"], s["flow_local"]], None)
@@ -340,8 +347,9 @@ class PerfettoSink(Sink):
 
     def _add(self, proc, gpu_of_row, ns, weights, metric) -> None:
         bins = np.clip((np.asarray(ns, np.int64) - self.t0) // self.bin_ns, 0, self.nbins - 1)
-        for g in np.unique(gpu_of_row).tolist():
-            m = gpu_of_row == g
+        u, inv = O.unique_inverse(gpu_of_row)
+        for i, g in enumerate(u.tolist()):
+            m = slice(None) if len(u) == 1 else inv == i
             self._hist(proc, int(g), metric)[:] += np.bincount(bins[m], weights=None if weights is None else
                                                               np.asarray(weights, np.float64)[m], minlength=self.nbins)
 
@@ -355,7 +363,7 @@ class PerfettoSink(Sink):
 
     def _count(self, p: Proc, b: Batch, kind: str) -> None:
         if kind == "host":
-            m = np.isin(b["type"], (RT.POST_SEND, RT.SEND_WR))
+            m = _POSTED[b["type"]]
             if m.any():
                 self._add(p.index, np.full(int(m.sum()), -1), b["ns"][m], b["len"][m], M_BYTES)
         elif kind == "wqe":

@@ -193,9 +193,11 @@ def encode_repeated(field: int, msg: Msg) -> bytes:
             raise ValueError("too many optional fields")
         for i, m in enumerate(masks):
             pattern |= np.asarray(m, np.int64) << i
-        uniq, inv = np.unique(pattern, return_inverse=True)
-        groups = [(int(u), np.flatnonzero(inv == i)) for i, u in enumerate(uniq)] if len(uniq) > 1 else \
-            [(int(uniq[0]), np.arange(n))]
+        if bool((pattern == pattern[0]).all()):
+            groups = [(int(pattern[0]), np.arange(n))]
+        else:
+            uniq, inv = np.unique(pattern, return_inverse=True)
+            groups = [(int(u), np.flatnonzero(inv == i)) for i, u in enumerate(uniq)]
     else:
         groups = [(0, np.arange(n))]
     parts = []
