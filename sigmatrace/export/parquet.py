@@ -351,10 +351,9 @@ def fingerprint(paths: list[str | os.PathLike], exclude: list[str | os.PathLike]
     """A key that changes when any file of any trace changes."""
     skip = {os.path.realpath(e) for e in exclude}
     h = hashlib.sha256(__version__.encode())
-    for p in paths:
-        root = Path(p).resolve()
+    for root in sorted(Path(p).resolve() for p in paths):     # the same traces in any order
         h.update(str(root).encode())
-        for dirpath, dirnames, filenames in sorted(os.walk(root)):
+        for dirpath, dirnames, filenames in os.walk(root):         # top-down: dirnames pruned, sorted
             # tables written inside a trace are not part of it
             dirnames[:] = sorted(d for d in dirnames if not d.endswith(".building") and
                                  not os.path.exists(os.path.join(dirpath, d, MARKER)) and

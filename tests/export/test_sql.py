@@ -115,3 +115,15 @@ def test_bad_query_is_one_line(tmp_path, env):
     assert r.returncode == 1
     [line] = r.stderr.strip().splitlines()[-1:]
     assert "SQL error" in line and "nope" in line and "Traceback" not in r.stderr
+
+
+def test_tables_inside_the_trace_and_any_order(tmp_path, env):
+    """Tables written into the trace directory are not part of its fingerprint, and the same
+    traces given in another order reuse the same tables."""
+    t, dirs = build_two_nodes(tmp_path / "run")
+    inside = dirs[0] / "tables"
+    q = "SELECT count(*) AS n FROM doorbells"
+    assert rows(env, *dirs, q, "--parquet", inside) == [{"n": 26}]
+    stamp = (inside / "sigmatrace-tables.json").stat().st_mtime_ns
+    assert rows(env, *reversed(dirs), q, "--parquet", inside) == [{"n": 26}]
+    assert (inside / "sigmatrace-tables.json").stat().st_mtime_ns == stamp
