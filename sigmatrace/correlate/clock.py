@@ -65,7 +65,8 @@ class ClockModel:
         if len(clean) == 1:
             if hz is None:
                 hz = NOMINAL_TSC_HZ
-                notes.append("one calibration triple and no TSC rate: rate assumed 1 GHz")
+                if not notes:
+                    notes.append("one calibration triple and no TSC rate: rate assumed 1 GHz")
             ns_per_tick = 1e9 / hz
         else:
             ns_per_tick = (clean[-1][1] - clean[0][1]) / (clean[-1][0] - clean[0][0])

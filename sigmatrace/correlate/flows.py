@@ -6,7 +6,9 @@ Columns added to a batch (0 = none):
   flow_in     on a completion: the flow that ends there
 
 A flow is emitted only when both ends exist (ordinal below both sides' counts from the scan),
-so a send whose receive was never polled, or whose peer was not traced, carries none.
+so a send whose receive was never polled, or whose peer was not traced, carries none.  QPs made
+before an attach get no flows: their first operations were not seen, so ordinals would not line
+up.
 """
 from __future__ import annotations
 
@@ -31,9 +33,13 @@ class FlowMatcher:
         inn = np.zeros(n, np.uint64)
         cats = O.categories(b)
         known = ep >= 0
+        # send -> receive: RC QPs seen from their first operation on, on both sides (not made
+        # before an attach); signaled -> completion: the QP seen from its first operation on
         reliable = np.zeros(n, bool)
-        if len(self.topo.reliable):
-            reliable[known] = self.topo.reliable[ep[known]]
+        whole = np.zeros(n, bool)
+        if len(self.topo.matchable):
+            reliable[known] = self.topo.matchable[ep[known]]
+            whole[known] = self.topo.from_start[ep[known]]
         st = self.stats
         m = np.flatnonzero(cats["send_consumer"] & known)
         if len(m):
@@ -45,7 +51,7 @@ class FlowMatcher:
             all_ = np.zeros(n, bool)
             all_[known] = self.topo.sig_all[ep[known]]
             sig = sig | (cats["send_wr"] & all_)
-        m = np.flatnonzero(sig & known)
+        m = np.flatnonzero(sig & known & whole)
         if len(m):
             o = O.ordinals(ep[m], self.state["signaled"])
             ok = o < st.count("send_comp", ep[m])
@@ -55,7 +61,7 @@ class FlowMatcher:
             o = O.ordinals(ep[m], self.state["recv_comp"])
             ok = (peer[m] >= 0) & reliable[m] & (o < st.count("send_consumer", peer[m]))
             inn[m[ok]] = O.flow_id(peer[m[ok]], O.FLOW_SEND_RECV, o[ok])
-        m = np.flatnonzero(cats["send_comp"] & known)
+        m = np.flatnonzero(cats["send_comp"] & known & whole)
         if len(m):
             o = O.ordinals(ep[m], self.state["send_comp"])
             ok = o < st.count("signaled", ep[m])

@@ -44,6 +44,7 @@ class QpInfo:
     gid: str | None = None
     sq_slots: int | None = None
     sig_all: bool = False           # made with sq_sig_all: every send WR completes
+    preexisting: bool = False       # made before tracing began (attach): its first operations unseen
     peer: int = -1                  # index of the peer endpoint, -1 if unknown
     events: list = field(default_factory=list)
 
@@ -106,11 +107,18 @@ class Topology:
                 devx = ev == "devx_qp_create"
                 q = self._get(p.index, qpn, "devx" if devx else "verbs")
                 q.origin = "devx" if devx else "verbs"
-                if ev == "qp_query":
+                if ev == "qp_query":          # a QP made before attach, as ibv_query_qp told it
+                    if q.created_ns is None:
+                        q.preexisting = True
+                    if e.get("known") is False:
+                        continue
                     q.state = e.get("state") or q.state
+                    q.type = str(e.get("type") or q.type)
+                    q.ctx = q.ctx if q.ctx is not None else _int(e.get("ctx"))
                     self._dest(q, e.get("dest_qpn"), e.get("dlid"), e.get("dgid"))
                     continue
                 q.created_ns = int(t)
+                q.preexisting = False
                 q.type = str(e.get("st") if devx else e.get("type") or "RC")
                 q.sig_all = bool(e.get("sq_sig_all"))
                 q.ctx = _int(e.get("ctx"))
@@ -251,14 +259,21 @@ class Topology:
         self.gpu_of = np.array([q.gpu for q in self.qps], dtype=np.int64).reshape(n)
         self.reliable = np.array([q.type in RELIABLE for q in self.qps], dtype=bool).reshape(n)
         self.sig_all = np.array([q.sig_all for q in self.qps], dtype=bool).reshape(n)
+        # flows need the QP (and its peer) seen from its first operation on
+        self.from_start = np.array([not q.preexisting for q in self.qps], dtype=bool).reshape(n)
+        self.matchable = np.array([q.type in RELIABLE and not q.preexisting and
+                                   (q.peer < 0 or not self.qps[q.peer].preexisting) for q in self.qps],
+                                  dtype=bool).reshape(n)
 
     # ---- lookups -----------------------------------------------------------------------------
 
     def add_seen(self, proc: int, qpns) -> None:
-        """Register QPs seen only in records (no cold event), so every op has an endpoint."""
+        """Register QPs seen only in records (no cold event), so every op has an endpoint.  In
+        a process traced by attach such a QP was made before tracing began."""
         new = [int(x) for x in qpns if (proc, int(x)) not in self._index]
+        attached = bool(self.traces.procs[proc].pt.meta.get("attached"))
         for x in new:
-            self._get(proc, x, "records")
+            self._get(proc, x, "records").preexisting = attached
         if new:
             self._arrays()
 

@@ -109,3 +109,29 @@ def test_loopback_devx_pairs_without_port_addresses(tmp_path):
                                      *devx(0x10b, 0x10c, 3), *devx(0x10c, 0x10b, 4)])]
     assert _peers(Correlator(dirs)) == {("a", 0x109): ("a", 0x10a), ("a", 0x10a): ("a", 0x109),
                                         ("a", 0x10b): ("a", 0x10c), ("a", 0x10c): ("a", 0x10b)}
+
+
+def test_qps_made_before_attach_get_no_flows(two_nodes, tmp_path):
+    """A QP known only from qp_query (made before an attach) was not seen from its first
+    operation: ordinals on the two sides would not line up, so it gets no flows."""
+    from sigmatrace.correlate.pipeline import run
+    from sigmatrace.export.perfetto import PerfettoSink
+    from .conftest import parse_perfetto
+    t, dirs = two_nodes
+    cold = dirs[1] / "p4242" / "cold.jsonl"
+    lines = [json.loads(x) for x in cold.read_text().splitlines()]
+    keep = []
+    for e in lines:        # node-b's verbs QP: as attach sees it, from ibv_query_qp only
+        if e.get("qpn") == t.qb.qpn and e["ev"] in ("qp_create", "qp_modify"):
+            if e["ev"] == "qp_create":
+                keep.append({"ts": e["ts"], "tid": e["tid"], "ev": "qp_query", "known": True, "qpn": t.qb.qpn,
+                             "type": "RC", "state": "RTS", "dest_qpn": t.qa.qpn, "dlid": 1, "port": 1, "ctx": e["ctx"]})
+            continue
+        keep.append(e)
+    cold.write_text("".join(json.dumps(e) + "\n" for e in keep))
+    c = Correlator(dirs)
+    assert _peers(c)[("node-b", t.qb.qpn)] == ("node-a", t.qa.qpn)
+    run(c, [PerfettoSink(tmp_path / "x.pftrace")])
+    out, end = parse_perfetto(tmp_path / "x.pftrace").flows()
+    # only node-a's own signaled WRs -> completions remain (50 sends + 3 writes)
+    assert len(out) == len(end) == 53
