@@ -57,10 +57,8 @@ def environment(backend: str, fabric: str | None = None, base: dict[str, str] | 
     from . import simnic
 
     env = dict(os.environ if base is None else base)
-    env.update(simnic.environment(fabric=fabric or f"gda-{uuid.uuid4().hex[:12]}"))
-    if backend == "cpu":
-        stub = str(paths.native("cudastub/libcuda.so.1").parent)
-        env["LD_LIBRARY_PATH"] = stub + (":" + env["LD_LIBRARY_PATH"] if env.get("LD_LIBRARY_PATH") else "")
+    env.update(simnic.environment(fabric=fabric or f"gda-{uuid.uuid4().hex[:12]}", base=env,
+                                  cuda_stub=backend == "cpu"))
     return env
 
 

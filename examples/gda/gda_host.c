@@ -20,6 +20,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <infiniband/mlx5dv.h>
@@ -65,9 +66,12 @@ struct opts {
     int uar_flags;      /* 0 auto, 1 I/O memory, 2 DEVICEMAP|PORTABLE */
     int uar_runtime;
     int inline_data;
+    int host_queues;    /* send/completion queues and records in pinned host memory */
+    int fenced_dbrec;   /* a fence between the WQEs and the doorbell record too */
     uint32_t sig_every;
     double timeout_s;
     double gap_us;
+    double start_delay_s; /* wait before setting anything up (to attach a tracer first) */
     const char *dev;
     const char *json;   /* write the summary here instead of stdout */
     int quiet;
@@ -96,9 +100,14 @@ static void usage(FILE *f)
             "      --uar-flags F     auto (default): I/O memory, else DEVICEMAP|PORTABLE; iomem; devmap\n"
             "      --uar-api API     driver (default) or runtime (cudaHostRegister; GPU build only)\n"
             "      --inline          rate mode: inline data instead of a pointer\n"
+            "      --ordering O      fence (default): WQEs and doorbell record, one fence, the doorbell;\n"
+            "                        fenced-dbrec: a fence before the doorbell record as well\n"
+            "      --queues WHERE    gpu (default): queues and doorbell records in GPU memory; host: in\n"
+            "                        pinned host memory the GPU writes over PCIe\n"
             "      --sig-every K     rate / pingpong: signal one WQE in K (default slots/4)\n"
             "      --timeout S       fail a wait after S seconds (default 30)\n"
             "      --gap-us U        latency mode: stay idle U microseconds between operations\n"
+            "      --start-delay S   wait S seconds before setting anything up\n"
             "  -d, --dev NAME        RDMA device (default: the first)\n"
             "      --json FILE       write the JSON summary to FILE instead of stdout\n"
             "      --quiet           no progress on stderr\n"
@@ -134,7 +143,7 @@ static int parse_opts(int argc, char **argv, struct opts *o)
         {"batch", 1, 0, 'b'},    {"slots", 1, 0, 's'},  {"area", 1, 0, 'A'},      {"warmup", 1, 0, 'w'},
         {"op", 1, 0, 'o'},       {"db-style", 1, 0, 'D'}, {"resolve", 1, 0, 'R'}, {"uar-flags", 1, 0, 'U'},
         {"uar-api", 1, 0, 'P'},  {"inline", 0, 0, 'I'}, {"sig-every", 1, 0, 'S'}, {"timeout", 1, 0, 'T'},
-        {"dev", 1, 0, 'd'},      {"quiet", 0, 0, 'Q'},  {"help", 0, 0, 'h'},      {"json", 1, 0, 'J'},     {"gap-us", 1, 0, 'G'},
+        {"dev", 1, 0, 'd'},      {"quiet", 0, 0, 'Q'},  {"help", 0, 0, 'h'},      {"json", 1, 0, 'J'},     {"gap-us", 1, 0, 'G'},    {"queues", 1, 0, 'W'},    {"ordering", 1, 0, 'F'},  {"start-delay", 1, 0, 'Y'},
         {0, 0, 0, 0}};
     *o = (struct opts){.mode = GDA_MODE_OPS, .kinds = GDA_K_WRITE | GDA_K_READ | GDA_K_FADD, .n = 1000, .pairs = 1,
                        .batch = 1, .slots = 64, .area = 16, .warmup = 100, .lat_kind = GDA_K_WRITE,
@@ -194,6 +203,21 @@ static int parse_opts(int argc, char **argv, struct opts *o)
         case 'Q': o->quiet = 1; break;
         case 'J': o->json = optarg; break;
         case 'G': o->gap_us = strtod(optarg, NULL); break;
+        case 'Y': o->start_delay_s = strtod(optarg, NULL); break;
+        case 'F':
+            if (strcmp(optarg, "fence") && strcmp(optarg, "fenced-dbrec")) {
+                fprintf(stderr, "gda_example: --ordering takes fence or fenced-dbrec\n");
+                return -1;
+            }
+            o->fenced_dbrec = !strcmp(optarg, "fenced-dbrec");
+            break;
+        case 'W':
+            if (strcmp(optarg, "gpu") && strcmp(optarg, "host")) {
+                fprintf(stderr, "gda_example: --queues takes gpu or host\n");
+                return -1;
+            }
+            o->host_queues = !strcmp(optarg, "host");
+            break;
         case 'h': usage(stdout); exit(0);
         default: usage(stderr); return -1;
         }
@@ -304,10 +328,55 @@ int gda_cu_load(struct gda_cu *c, int procaddress, char *err, size_t errlen)
 
 /* ---- the queues ----------------------------------------------------------------------------- */
 
+/* Queue memory: GPU memory (the NIC reaches it by GPUDirect), or pinned host memory mapped for
+ * the GPU.  `nic` is the address the NIC is given (umem), `dev` the one the GPU uses. */
+struct qmem {
+    gda_CUdeviceptr dev;
+    void *host; /* NULL for GPU memory */
+    uint64_t nic;
+    size_t bytes;
+};
+
+static gda_CUresult qmem_alloc(struct qmem *m, size_t bytes, int on_host)
+{
+    gda_CUresult r;
+    m->bytes = bytes;
+    if (!on_host) {
+        m->host = NULL;
+        r = cu.MemAlloc(&m->dev, bytes);
+        m->nic = m->dev;
+        return r;
+    }
+    r = cu.MemHostAlloc(&m->host, bytes, GDA_CU_MEMHOSTALLOC_PORTABLE | GDA_CU_MEMHOSTALLOC_DEVICEMAP);
+    if (r == GDA_CUDA_SUCCESS)
+        r = cu.MemHostGetDevicePointer(&m->dev, m->host, 0);
+    m->nic = (uint64_t)(uintptr_t)m->host;
+    return r;
+}
+
+static gda_CUresult qmem_write(struct qmem *m, const void *src, size_t n)
+{
+    if (m->host) {
+        memcpy(m->host, src, n);
+        return GDA_CUDA_SUCCESS;
+    }
+    return cu.MemcpyHtoD(m->dev, src, n);
+}
+
+static void qmem_free(struct qmem *m)
+{
+    if (m->host)
+        cu.MemFreeHost(m->host);
+    else if (m->dev)
+        cu.MemFree(m->dev);
+    m->host = NULL;
+    m->dev = 0;
+}
+
 struct qp_res {
     struct mlx5dv_devx_uar *uar;
     struct mlx5dv_devx_umem *wq_umem, *cq_umem, *dbr_umem;
-    gda_CUdeviceptr wq, cq, dbr;
+    struct qmem wq, cq, dbr;
     struct mlx5dv_devx_obj *cq_obj, *qp_obj;
     uint32_t qpn, cqn, log_cq;
     uint8_t *buf;            /* pinned host buffer (registered) */
@@ -362,26 +431,28 @@ static int create_queues(struct ctx *c, struct qp_res *r)
     /* queues and doorbell records in GPU memory, as GPU-initiated libraries place them */
     r->log_cq = log2u(slots);
     size_t wq_bytes = (size_t)slots * 64, cq_bytes = (size_t)64 << r->log_cq;
-    CU(cu.MemAlloc(&r->wq, wq_bytes));
-    CU(cu.MemAlloc(&r->cq, cq_bytes));
-    CU(cu.MemAlloc(&r->dbr, 64));
+    int h = c->o.host_queues;
+    CU(qmem_alloc(&r->wq, wq_bytes, h));
+    CU(qmem_alloc(&r->cq, cq_bytes, h));
+    CU(qmem_alloc(&r->dbr, 64, h));
     uint8_t *init = calloc(1, cq_bytes > wq_bytes ? cq_bytes : wq_bytes);
     if (!init)
         return -1;
-    CU(cu.MemcpyHtoD(r->wq, init, wq_bytes));
-    CU(cu.MemcpyHtoD(r->dbr, init, 64));
+    CU(qmem_write(&r->wq, init, wq_bytes));
+    CU(qmem_write(&r->dbr, init, 64));
     for (size_t i = 0; i < cq_bytes / 64; i++)
         init[i * 64 + 63] = GDA_CQE_INVALID << 4; /* owner 0, not written yet */
-    CU(cu.MemcpyHtoD(r->cq, init, cq_bytes));
+    CU(qmem_write(&r->cq, init, cq_bytes));
     free(init);
 
-    r->wq_umem = mlx5dv_devx_umem_reg(c->ibv, (void *)(uintptr_t)r->wq, wq_bytes, IBV_ACCESS_LOCAL_WRITE);
-    struct mlx5dv_devx_umem_in uin = {.addr = (void *)(uintptr_t)r->cq, .size = cq_bytes,
+    r->wq_umem = mlx5dv_devx_umem_reg(c->ibv, (void *)(uintptr_t)r->wq.nic, wq_bytes, IBV_ACCESS_LOCAL_WRITE);
+    struct mlx5dv_devx_umem_in uin = {.addr = (void *)(uintptr_t)r->cq.nic, .size = cq_bytes,
                                       .access = IBV_ACCESS_LOCAL_WRITE, .pgsz_bitmap = ~0xfffull};
     r->cq_umem = mlx5dv_devx_umem_reg_ex(c->ibv, &uin);
-    r->dbr_umem = mlx5dv_devx_umem_reg(c->ibv, (void *)(uintptr_t)r->dbr, 64, IBV_ACCESS_LOCAL_WRITE);
+    r->dbr_umem = mlx5dv_devx_umem_reg(c->ibv, (void *)(uintptr_t)r->dbr.nic, 64, IBV_ACCESS_LOCAL_WRITE);
     if (!r->wq_umem || !r->cq_umem || !r->dbr_umem) {
-        fprintf(stderr, "gda_example: mlx5dv_devx_umem_reg on GPU memory failed: %s\n", strerror(errno));
+        fprintf(stderr, "gda_example: mlx5dv_devx_umem_reg on %s memory failed: %s\n", h ? "host" : "GPU",
+                strerror(errno));
         return -1;
     }
 
@@ -601,12 +672,9 @@ static void teardown(struct ctx *c)
             ibv_dereg_mr(r->mr);
         if (r->buf)
             cu.MemFreeHost(r->buf);
-        if (r->wq)
-            cu.MemFree(r->wq);
-        if (r->cq)
-            cu.MemFree(r->cq);
-        if (r->dbr)
-            cu.MemFree(r->dbr);
+        qmem_free(&r->wq);
+        qmem_free(&r->cq);
+        qmem_free(&r->dbr);
     }
     if (c->pd)
         ibv_dealloc_pd(c->pd);
@@ -771,6 +839,11 @@ int main(int argc, char **argv)
     if (parse_opts(argc, argv, &c.o))
         return 2;
     setvbuf(stdout, NULL, _IOFBF, 1 << 16);
+    if (c.o.start_delay_s > 0) {
+        struct timespec ts = {(time_t)c.o.start_delay_s, (long)((c.o.start_delay_s - (time_t)c.o.start_delay_s) * 1e9)};
+        while (nanosleep(&ts, &ts) && errno == EINTR)
+            ;
+    }
     char err[512];
     if (gda_cu_load(&cu, c.o.procaddress, err, sizeof(err))) {
         fprintf(stderr, "gda_example: %s\n", err);
@@ -799,11 +872,12 @@ int main(int argc, char **argv)
         if (!r->submits)
             continue;
         struct gda_qp_view *v = &views[nthreads];
-        v->sq = (struct gda_sq){.buf = (uint8_t *)(uintptr_t)r->wq, .dbrec = (volatile uint32_t *)(uintptr_t)r->dbr,
+        v->sq = (struct gda_sq){.buf = (uint8_t *)(uintptr_t)r->wq.dev, .dbrec = (volatile uint32_t *)(uintptr_t)r->dbr.dev,
                                 .db = (volatile uint64_t *)(uintptr_t)r->db, .slots = c.o.slots, .qpn = r->qpn,
-                                .db_style = c.o.db_style};
-        v->cq = (struct gda_cq){.buf = (uint8_t *)(uintptr_t)r->cq,
-                                .dbrec = (volatile uint32_t *)(uintptr_t)(r->dbr + 32), .log_size = r->log_cq};
+                                .db_style = c.o.db_style, .host_queues = (uint32_t)c.o.host_queues,
+                                .fenced_dbrec = (uint32_t)c.o.fenced_dbrec};
+        v->cq = (struct gda_cq){.buf = (uint8_t *)(uintptr_t)r->cq.dev,
+                                .dbrec = (volatile uint32_t *)(uintptr_t)(r->dbr.dev + 32), .log_size = r->log_cq};
         v->lkey = r->mr->lkey;
         v->rkey = peer->mr->rkey;
         v->role = i % 2;
@@ -870,10 +944,11 @@ int main(int argc, char **argv)
             fprintf(js, "%s\"%s\"", first ? "" : ",", kn[k]);
             first = 0;
         }
-    fprintf(js, "],\"batch\":%u,\"slots\":%u,\"area\":%u,\"warmup\":%u,\"db_style\":\"%s\",\"resolve\":\"%s\",\"uar_api\":\"%s\",\"qps\":[",
+    fprintf(js, "],\"batch\":%u,\"slots\":%u,\"area\":%u,\"warmup\":%u,\"db_style\":\"%s\",\"resolve\":\"%s\",\"uar_api\":\"%s\",\"queues\":\"%s\",\"qps\":[",
            c.o.batch, c.o.slots, c.o.area, c.o.warmup, c.o.db_style == GDA_DB_LAST ? "last" : "next",
-           c.o.procaddress ? "procaddress" : "dlsym", c.o.uar_runtime ? "runtime" : "driver");
-    uint64_t total_wqes = 0, total_db = 0, t0 = UINT64_MAX, t1 = 0;
+           c.o.procaddress ? "procaddress" : "dlsym", c.o.uar_runtime ? "runtime" : "driver",
+            c.o.host_queues ? "host" : "gpu");
+    uint64_t total_wqes = 0, total_db = 0, t0 = UINT64_MAX, t1 = 0, ti = 0;
     for (uint32_t t = 0; t < nthreads; t++) {
         struct gda_qp_view *w = &views[t];
         struct qp_res *r = &c.q[view_qp[t]], *peer = &c.q[view_qp[t] ^ 1];
@@ -888,6 +963,8 @@ int main(int argc, char **argv)
             t0 = w->t_start;
         if (w->t_end > t1)
             t1 = w->t_end;
+        if (w->t_issue > ti)
+            ti = w->t_issue;
     }
     fprintf(js, "]");
     if (nlat && statuses_ok) {
@@ -904,6 +981,9 @@ int main(int argc, char **argv)
         double secs = (double)(t1 - t0) / 1e9;
         fprintf(js, ",\"seconds\":%.6f,\"wqes_per_s\":%.1f,\"doorbells_per_s\":%.1f", secs, (double)total_wqes / secs,
                (double)total_db / secs);
+        if (ti > t0) /* rate mode: the submitting threads' own pace, without the final drain */
+            fprintf(js, ",\"issue_seconds\":%.6f,\"issue_doorbells_per_s\":%.1f", (double)(ti - t0) / 1e9,
+                    (double)total_db * 1e9 / (double)(ti - t0));
     }
     fprintf(js, ",\"verify\":{\"ok\":%s,\"checked\":%" PRIu64 ",\"failed\":%" PRIu64 ",\"errors\":[",
            v.failed ? "false" : "true", v.checked, v.failed);

@@ -38,10 +38,20 @@ extern "C" int gda_launch(struct gda_qp_view *views, uint32_t n, const struct gd
         snprintf(err, errlen, "%u submitting threads cannot all be resident on %d multiprocessors", n, sms);
         return -1;
     }
-    gda_kernel<<<n, 32>>>(views, n, cfg);
+    // A stream of its own that does not synchronise with the legacy default stream: the kernel
+    // runs until the NIC completes its work, and a NIC (or its emulation) that reaches GPU
+    // memory with synchronous driver copies must not wait for the kernel to end.
+    cudaStream_t stream;
+    e = cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking);
+    if (e != cudaSuccess) {
+        snprintf(err, errlen, "cudaStreamCreateWithFlags: %s", cudaGetErrorString(e));
+        return -1;
+    }
+    gda_kernel<<<n, 32, 0, stream>>>(views, n, cfg);
     e = cudaGetLastError();
     if (e == cudaSuccess)
-        e = cudaDeviceSynchronize();
+        e = cudaStreamSynchronize(stream);
+    cudaStreamDestroy(stream);
     if (e != cudaSuccess) {
         snprintf(err, errlen, "kernel: %s", cudaGetErrorString(e));
         return -1;

@@ -56,8 +56,39 @@ struct gda_qp_view {
     uint64_t status;         /* enum gda_status */
     uint32_t err_opcode, err_syndrome;
     uint64_t t_start, t_end; /* ns (globaltimer / CLOCK_MONOTONIC) */
+    uint64_t t_issue;        /* rate mode: when the last doorbell was rung (before the drain) */
     uint64_t *lat;           /* latency samples, ns (may be NULL) */
 };
+
+/* A wait that has lasted longer than the timeout fails the run (a lost doorbell must not hang
+ * the GPU): checked every 1024 turns of a polling loop.  Returns 1, with q->status set, then. */
+GDA_FN int gda_too_long(struct gda_qp_view *q, const struct gda_cfg *c, uint64_t *t0, uint32_t spins)
+{
+    if (spins & 1023)
+        return 0;
+    uint64_t t = gda_time_ns();
+    if (!*t0) {
+        *t0 = t;
+        return 0;
+    }
+    if (t - *t0 <= c->timeout_ns)
+        return 0;
+    q->status = GDA_ERR_TIMEOUT;
+    return 1;
+}
+
+/* Count a CQE taken from the queue; 0 (q->status set) if it reports an error. */
+GDA_FN int gda_cqe_ok(struct gda_qp_view *q, const struct gda_cqe *e)
+{
+    q->cqes++;
+    if (e->opcode == GDA_CQE_REQ_ERR || e->opcode > 4) {
+        q->status = GDA_ERR_CQE;
+        q->err_opcode = e->opcode;
+        q->err_syndrome = e->syndrome;
+        return 0;
+    }
+    return 1;
+}
 
 /* Wait for the next CQE.  Returns 1, or 0 with q->status set (error CQE or timeout). */
 GDA_FN int gda_wait_cqe(struct gda_qp_view *q, const struct gda_cfg *c, struct gda_cqe *e)
@@ -65,25 +96,10 @@ GDA_FN int gda_wait_cqe(struct gda_qp_view *q, const struct gda_cfg *c, struct g
     uint64_t t0 = 0;
     uint32_t turns = 0;
     for (uint32_t spins = 0;; spins++) {
-        if (gda_cq_poll(&q->cq, e)) {
-            q->cqes++;
-            if (e->opcode == GDA_CQE_REQ_ERR || e->opcode > 4) {
-                q->status = GDA_ERR_CQE;
-                q->err_opcode = e->opcode;
-                q->err_syndrome = e->syndrome;
-                return 0;
-            }
-            return 1;
-        }
-        if ((spins & 1023) == 0) {
-            uint64_t t = gda_time_ns();
-            if (!t0)
-                t0 = t;
-            else if (t - t0 > c->timeout_ns) {
-                q->status = GDA_ERR_TIMEOUT;
-                return 0;
-            }
-        }
+        if (gda_cq_poll(&q->cq, e))
+            return gda_cqe_ok(q, e);
+        if (gda_too_long(q, c, &t0, spins))
+            return 0;
         gda_spin(&turns);
     }
 }
@@ -93,13 +109,8 @@ GDA_FN int gda_reap(struct gda_qp_view *q, uint32_t *done)
 {
     struct gda_cqe e;
     while (gda_cq_poll(&q->cq, &e)) {
-        q->cqes++;
-        if (e.opcode == GDA_CQE_REQ_ERR || e.opcode > 4) {
-            q->status = GDA_ERR_CQE;
-            q->err_opcode = e.opcode;
-            q->err_syndrome = e.syndrome;
+        if (!gda_cqe_ok(q, &e))
             return 0;
-        }
         /* the completed WQE is one block; it and everything before it are done */
         *done += (uint16_t)((uint16_t)(e.wqe_counter + 1) - (uint16_t)*done);
     }
@@ -112,17 +123,21 @@ GDA_FN int gda_wait_room(struct gda_qp_view *q, const struct gda_cfg *c, uint32_
     uint64_t t0 = 0;
     uint32_t turns = 0;
     for (uint32_t spins = 0; q->sq.pi - *done >= limit; spins++) {
-        if (!gda_reap(q, done))
+        if (!gda_reap(q, done) || gda_too_long(q, c, &t0, spins))
             return 0;
-        if ((spins & 1023) == 0) {
-            uint64_t t = gda_time_ns();
-            if (!t0)
-                t0 = t;
-            else if (t - t0 > c->timeout_ns) {
-                q->status = GDA_ERR_TIMEOUT;
-                return 0;
-            }
-        }
+        gda_spin(&turns);
+    }
+    return 1;
+}
+
+/* Wait until the peer wrote `value` into `flag`. */
+GDA_FN int gda_wait_flag(struct gda_qp_view *q, const struct gda_cfg *c, volatile uint64_t *flag, uint64_t value)
+{
+    uint64_t t0 = 0;
+    uint32_t turns = 0;
+    for (uint32_t spins = 0; gda_ld64(flag) != value; spins++) {
+        if (gda_too_long(q, c, &t0, spins))
+            return 0;
         gda_spin(&turns);
     }
     return 1;
@@ -239,7 +254,7 @@ GDA_NOINLINE void gda_prog_rate(struct gda_qp_view *q, const struct gda_cfg *c)
         int sig = (++since_sig >= c->sig_every) || last;
         if (sig)
             since_sig = 0;
-        uint64_t s = i % S;
+        uint64_t s = (uint32_t)i % (uint32_t)S;
         if (c->inline_data)
             gda_post_write_inline(&q->sq, i, 8, q->rbuf_nic + GDA_A0(S) + s * 64, q->rkey, sig);
         else
@@ -253,6 +268,7 @@ GDA_NOINLINE void gda_prog_rate(struct gda_qp_view *q, const struct gda_cfg *c)
             in_batch = 0;
         }
     }
+    q->t_issue = gda_time_ns();
     if (!gda_wait_room(q, c, &done, 1))
         return;
     q->t_end = gda_time_ns();
@@ -266,22 +282,9 @@ GDA_NOINLINE void gda_prog_pingpong(struct gda_qp_view *q, const struct gda_cfg 
     volatile uint64_t *flag = (volatile uint64_t *)(q->lbuf + GDA_FLAG(S));
     uint32_t done = q->sq.pi, since_sig = 0;
     for (uint64_t i = 1; i <= c->warmup + c->n; i++) {
-        uint64_t t0 = gda_time_ns(), tw = 0;
-        uint32_t turns = 0;
-        if (q->role == 1) { /* responder: wait first */
-            for (uint32_t spins = 0; gda_ld64(flag) != i; spins++) {
-                if ((spins & 1023) == 0) {
-                    uint64_t t = gda_time_ns();
-                    if (!tw)
-                        tw = t;
-                    else if (t - tw > c->timeout_ns) {
-                        q->status = GDA_ERR_TIMEOUT;
-                        return;
-                    }
-                }
-                gda_spin(&turns);
-            }
-        }
+        uint64_t t0 = gda_time_ns();
+        if (q->role == 1 && !gda_wait_flag(q, c, flag, i)) /* responder: wait first */
+            return;
         if (q->sq.pi - done >= q->sq.slots / 2 && !gda_wait_room(q, c, &done, q->sq.slots / 2))
             return;
         int sig = ++since_sig >= c->sig_every || i == c->warmup + c->n; /* the last one too */
@@ -293,19 +296,8 @@ GDA_NOINLINE void gda_prog_pingpong(struct gda_qp_view *q, const struct gda_cfg 
         q->doorbells++;
         q->signaled += sig;
         if (q->role == 0) { /* initiator: wait for the echo */
-            tw = 0;
-            for (uint32_t spins = 0; gda_ld64(flag) != i; spins++) {
-                if ((spins & 1023) == 0) {
-                    uint64_t t = gda_time_ns();
-                    if (!tw)
-                        tw = t;
-                    else if (t - tw > c->timeout_ns) {
-                        q->status = GDA_ERR_TIMEOUT;
-                        return;
-                    }
-                }
-                gda_spin(&turns);
-            }
+            if (!gda_wait_flag(q, c, flag, i))
+                return;
             uint64_t t1 = gda_time_ns();
             if (i == c->warmup + 1)
                 q->t_start = t0;
@@ -319,25 +311,30 @@ GDA_NOINLINE void gda_prog_pingpong(struct gda_qp_view *q, const struct gda_cfg 
     q->t_end = gda_time_ns();
 }
 
-/* The body of one submitting thread. */
-GDA_FN void gda_thread_main(struct gda_qp_view *q, const struct gda_cfg *c)
+/* The body of one submitting thread.  It works on its own copy of the view and the settings
+ * (thread-local, not device-wide memory: the queue state changes on every operation) and hands
+ * the results back at the end. */
+GDA_FN void gda_thread_main(struct gda_qp_view *qg, const struct gda_cfg *cg)
 {
-    switch (c->mode) {
+    struct gda_qp_view q = *qg;
+    struct gda_cfg c = *cg;
+    switch (c.mode) {
     case GDA_MODE_OPS:
-        gda_prog_ops(q, c);
+        gda_prog_ops(&q, &c);
         break;
     case GDA_MODE_LATENCY:
-        gda_prog_latency(q, c);
+        gda_prog_latency(&q, &c);
         break;
     case GDA_MODE_RATE:
-        gda_prog_rate(q, c);
+        gda_prog_rate(&q, &c);
         break;
     case GDA_MODE_PINGPONG:
-        gda_prog_pingpong(q, c);
+        gda_prog_pingpong(&q, &c);
         break;
     default:
-        q->status = GDA_ERR_CONFIG;
+        q.status = GDA_ERR_CONFIG;
     }
+    *qg = q;
 }
 
 #endif

@@ -2,7 +2,7 @@
  *
  * What a GPU-initiated transport does at the GPU-NIC boundary, and nothing more (the "mini-gda"
  * of the Dissecting paper): 16-byte segments written whole into 64-byte basic blocks of a ring,
- * a fence, the doorbell record (dbrec[1] = next free block), a fence, one 8-byte doorbell store.
+ * the doorbell record (dbrec[1] = next free block), a fence, one 8-byte doorbell store.
  * Segment layouts are rdma-core's (struct mlx5_wqe_ctrl_seg, _raddr_seg, _data_seg,
  * _atomic_seg, _inl_data_seg in mlx5dv.h; gda_host.c checks the offsets used here against them).
  */
@@ -37,6 +37,8 @@ struct gda_sq {
     uint32_t pi;               /* next free basic block (16-bit wrap is the hardware's) */
     uint32_t db_style;
     uint32_t last_w0, last_w1; /* first two words of the last WQE built (for GDA_DB_LAST) */
+    uint32_t host_queues;      /* queues in host memory: order stores at system scope */
+    uint32_t fenced_dbrec;     /* also fence between the WQEs and the doorbell record */
 };
 
 /* A completion queue of 64-byte CQEs. */
@@ -148,9 +150,19 @@ GDA_FN uint64_t gda_ring(struct gda_sq *sq)
         v = ((uint64_t)sq->last_w1 << 32) | sq->last_w0;
     else
         v = ((uint64_t)gda_bswap32(sq->qpn << 8) << 32) | gda_bswap32((sq->pi & 0xffff) << 8);
-    gda_fence();
+    /* WQEs and the doorbell record before the doorbell: one fence, as DOCA / GDAKI order it
+     * (--ordering fenced-dbrec adds one between the WQEs and the record) */
+    if (sq->fenced_dbrec) {
+        if (sq->host_queues)
+            gda_fence_system();
+        else
+            gda_fence();
+    }
     gda_st32(&sq->dbrec[1], gda_bswap32(sq->pi & 0xffff));
-    gda_fence();
+    if (sq->host_queues) /* the NIC reads WQEs and the record from host memory */
+        gda_fence_system();
+    else
+        gda_fence();
     gda_st64_mmio(sq->db, v);
     return v;
 }

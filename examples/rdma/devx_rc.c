@@ -1,7 +1,7 @@
 /* An RC QP built with DevX, as GPU-initiated libraries build theirs, driven by hand.
  *
- *   devx_rc [-p PORT]          server: a DevX QP, a region with a counter
- *   devx_rc [-p PORT] HOST     client: WRITE, READ and FETCH_ADD through its own SQ
+ *   devx_rc [-g] [-p PORT]        server: a DevX QP, a region with a counter
+ *   devx_rc [-g] [-p PORT] HOST   client: WRITE, READ and FETCH_ADD through its own SQ
  *
  * Both sides open the device with mlx5dv_open_device(DEVX), read the HCA capabilities
  * (QUERY_HCA_CAP), allocate a UAR, register user memory for the CQ ring, the work queue and
@@ -10,7 +10,17 @@
  * doorbell record and rings the UAR with the 8-byte {producer index, qpn} store NVSHMEM uses,
  * and polls CQE64s itself (owner bit, opcode, wqe_counter).  Every byte and returned value is
  * checked; exit 0 only if all match.
+ *
+ * With -g a side keeps everything in CUDA device memory, as a GPU-initiated library does: the
+ * CQ ring, the work queue, the doorbell records and the data region come from cuMemAlloc,
+ * the UAR page is mapped for the device with cuMemHostRegister (IOMEMORY first, as NVSHMEM
+ * does on hardware; on the emulated NIC's ordinary memory the driver refuses that and
+ * DEVICEMAP|PORTABLE is used) and rung through the pointer cuMemHostGetDevicePointer gives.
+ * No kernel runs: the host writes WQEs and reads CQEs with the driver's copies, and the
+ * emulated NIC moves data with them.  The driver is dlopen'ed (libcuda.so.1): the real one on
+ * a GPU machine, or sigmatrace's test double (cudastub) in CI.
  */
+#include <dlfcn.h>
 #include <infiniband/mlx5dv.h>
 #include <sigmatrace/mlx5_prm.h>
 
@@ -21,11 +31,122 @@
 #define REGION 65536
 #define COUNTER_INIT 40
 
+/* ---- memory of this side: host, or CUDA device memory (-g) ------------------------------------ */
+
+typedef int CUresult;
+typedef unsigned long long CUdeviceptr;
+static int g_gpu;
+static const char *g_cuda_kind = "host";
+static struct {
+	CUresult (*init)(unsigned);
+	CUresult (*device_get)(int *, int);
+	CUresult (*retain)(void **, int);
+	CUresult (*set_current)(void *);
+	CUresult (*alloc)(CUdeviceptr *, size_t);
+	CUresult (*free)(CUdeviceptr);
+	CUresult (*memset8)(CUdeviceptr, unsigned char, size_t);
+	CUresult (*htod)(CUdeviceptr, const void *, size_t);
+	CUresult (*dtoh)(void *, CUdeviceptr, size_t);
+	CUresult (*host_register)(void *, size_t, unsigned);
+	CUresult (*host_unregister)(void *);
+	CUresult (*host_dptr)(CUdeviceptr *, void *, unsigned);
+	CUresult (*get_attr)(void *, int, CUdeviceptr);
+	CUresult (*err_name)(CUresult, const char **);
+} cu;
+
+static const char *cu_err(CUresult r)
+{
+	const char *n = "?";
+
+	cu.err_name(r, &n);
+	return n;
+}
+
+#define CU(call)                                                                  \
+	do {                                                                      \
+		CUresult r_ = (call);                                             \
+		CHECK(!r_, "%s: %s", #call, cu_err(r_));                          \
+	} while (0)
+
+static void cuda_open(void)
+{
+	void *h = dlopen("libcuda.so.1", RTLD_NOW | RTLD_GLOBAL), *ctx;
+	int dev;
+
+	CHECK(h, "-g needs the CUDA driver: %s", dlerror());
+#define SYM(f, n) CHECK((*(void **)&cu.f = dlsym(h, n)), "libcuda.so.1 lacks %s", n)
+	SYM(init, "cuInit");
+	SYM(device_get, "cuDeviceGet");
+	SYM(retain, "cuDevicePrimaryCtxRetain");
+	SYM(set_current, "cuCtxSetCurrent");
+	SYM(alloc, "cuMemAlloc_v2");
+	SYM(free, "cuMemFree_v2");
+	SYM(memset8, "cuMemsetD8_v2");
+	SYM(htod, "cuMemcpyHtoD_v2");
+	SYM(dtoh, "cuMemcpyDtoH_v2");
+	SYM(host_register, "cuMemHostRegister_v2");
+	SYM(host_unregister, "cuMemHostUnregister");
+	SYM(host_dptr, "cuMemHostGetDevicePointer_v2");
+	SYM(get_attr, "cuPointerGetAttribute");
+	SYM(err_name, "cuGetErrorName");
+#undef SYM
+	g_cuda_kind = dlsym(h, "sigmatrace_cudastub") ? "cudastub" : "driver";
+	CU(cu.init(0));
+	CU(cu.device_get(&dev, 0));
+	CU(cu.retain(&ctx, dev));
+	CU(cu.set_current(ctx));
+}
+
+static void *dmem_alloc(size_t n)
+{
+	CUdeviceptr p;
+	unsigned type = 0;
+	void *h;
+
+	if (!g_gpu) {
+		h = aligned_alloc(4096, n);
+		CHECK(h, "out of memory");
+		memset(h, 0, n);
+		return h;
+	}
+	CU(cu.alloc(&p, n));
+	CU(cu.memset8(p, 0, n));
+	CU(cu.get_attr(&type, 2 /* MEMORY_TYPE */, p));
+	CHECK(type == 2 /* DEVICE */, "cuMemAlloc'ed memory has type %u", type);
+	return (void *)(uintptr_t)p;
+}
+
+static void dmem_free(void *p)
+{
+	if (g_gpu)
+		CU(cu.free((CUdeviceptr)(uintptr_t)p));
+	else
+		free(p);
+}
+
+/* writes into / reads from this side's memory */
+static void dmem_put(void *dst, const void *src, size_t n)
+{
+	if (g_gpu)
+		CU(cu.htod((CUdeviceptr)(uintptr_t)dst, src, n));
+	else
+		memcpy(dst, src, n);
+}
+
+static void dmem_get(void *dst, const void *src, size_t n)
+{
+	if (g_gpu)
+		CU(cu.dtoh(dst, (CUdeviceptr)(uintptr_t)src, n));
+	else
+		memcpy(dst, src, n);
+}
+
 struct devx_qp {
 	struct ibv_context *ctx;
 	struct ibv_pd *pd;
 	uint32_t pdn;
 	struct mlx5dv_devx_uar *uar;
+	uint64_t *db_reg;		/* the doorbell register as this side's "device" sees it */
 	uint8_t *cq_buf, *wq_buf, *dbr;
 	struct mlx5dv_devx_umem *cq_umem, *wq_umem, *dbr_umem;
 	struct mlx5dv_devx_obj *cq, *qp;
@@ -74,13 +195,35 @@ static void build(struct devx_qp *d)
 	CHECK(d->uar, "mlx5dv_devx_alloc_uar: %s", strerror(errno));
 	CHECK((uint8_t *)d->uar->reg_addr == (uint8_t *)d->uar->base_addr + 0x800, "reg_addr");
 
-	d->cq_buf = aligned_alloc(4096, 64u << LOG_CQ);
-	d->wq_buf = aligned_alloc(4096, 64u << LOG_SQ);
-	d->dbr = aligned_alloc(4096, 4096);
-	memset(d->wq_buf, 0, 64u << LOG_SQ);
-	memset(d->dbr, 0, 4096);
-	for (int i = 0; i < 1 << LOG_CQ; i++)	/* invalid, hardware-owned for the first lap */
-		((struct mlx5_cqe64 *)(d->cq_buf + i * 64))->op_own = MLX5_CQE_INVALID << 4;
+	d->db_reg = d->uar->reg_addr;
+	if (g_gpu) {
+		/* NVSHMEM maps the UAR with IOMEMORY; the emulated UAR is ordinary memory */
+		CUresult r = cu.host_register(d->uar->base_addr, 4096, 0x1 | 0x2 | 0x4);
+		CUdeviceptr dp;
+
+		if (r) {
+			printf("cuda: %s; UAR register IOMEMORY|DEVICEMAP|PORTABLE: %s\n", g_cuda_kind, cu_err(r));
+			CU(cu.host_register(d->uar->base_addr, 4096, 0x1 | 0x2));
+		} else {
+			printf("cuda: %s; UAR register IOMEMORY|DEVICEMAP|PORTABLE: accepted\n", g_cuda_kind);
+		}
+		CU(cu.host_dptr(&dp, d->uar->reg_addr, 0));
+		printf("UAR device pointer %s the host address\n",
+		       dp == (uintptr_t)d->uar->reg_addr ? "equals" : "differs from");
+		d->db_reg = (uint64_t *)(uintptr_t)dp;
+	}
+
+	d->cq_buf = dmem_alloc(64u << LOG_CQ);
+	d->wq_buf = dmem_alloc(64u << LOG_SQ);
+	d->dbr = dmem_alloc(4096);
+	{
+		uint8_t *init = calloc(1, 64u << LOG_CQ);
+
+		for (int i = 0; i < 1 << LOG_CQ; i++)	/* invalid, hardware-owned for the first lap */
+			((struct mlx5_cqe64 *)(init + i * 64))->op_own = MLX5_CQE_INVALID << 4;
+		dmem_put(d->cq_buf, init, 64u << LOG_CQ);
+		free(init);
+	}
 	d->cq_umem = mlx5dv_devx_umem_reg(d->ctx, d->cq_buf, 64u << LOG_CQ, IBV_ACCESS_LOCAL_WRITE);
 	d->wq_umem = mlx5dv_devx_umem_reg(d->ctx, d->wq_buf, 64u << LOG_SQ, IBV_ACCESS_LOCAL_WRITE);
 	d->dbr_umem = mlx5dv_devx_umem_reg(d->ctx, d->dbr, 4096, IBV_ACCESS_LOCAL_WRITE);
@@ -173,13 +316,13 @@ static void connect_devx(struct devx_qp *d, const struct peer_info *me, const st
 static void post_wqe(struct devx_qp *d, uint8_t opcode, uint64_t laddr, uint32_t len, uint32_t lkey,
 		     uint64_t raddr, uint32_t rkey, uint64_t add)
 {
-	uint8_t *wqe = d->wq_buf + (d->pi & ((1u << LOG_SQ) - 1)) * 64;
+	uint8_t wqe[64];
 	struct mlx5_wqe_ctrl_seg *ctrl = (void *)wqe;
 	struct mlx5_wqe_raddr_seg *r = (void *)(wqe + 16);
 	struct mlx5_wqe_data_seg *ds;
 	uint32_t nds = 3;
 	uint64_t db;
-	__be32 *dbrec = (__be32 *)(d->dbr + 64);
+	__be32 rec;
 
 	memset(wqe, 0, 64);
 	r->raddr = htobe64(raddr);
@@ -197,32 +340,40 @@ static void post_wqe(struct devx_qp *d, uint8_t opcode, uint64_t laddr, uint32_t
 	ds->lkey = htobe32(lkey);
 	ds->addr = htobe64(laddr);
 	mlx5dv_set_ctrl_seg(ctrl, (uint16_t)d->pi, opcode, 0, d->qpn, MLX5_WQE_CTRL_CQ_UPDATE, (uint8_t)nds, 0, 0);
+	dmem_put(d->wq_buf + (d->pi & ((1u << LOG_SQ) - 1)) * 64, wqe, 64);
 	d->pi++;
 	__atomic_thread_fence(__ATOMIC_RELEASE);
-	dbrec[1] = htobe32(d->pi & 0xffff);
+	rec = htobe32(d->pi & 0xffff);
+	dmem_put(d->dbr + 64 + 4, &rec, 4);	/* send counter: second dword of the record */
 	__atomic_thread_fence(__ATOMIC_RELEASE);
 	/* {be32(producer index << 8), be32(qpn << 8)}: opcode 0 and ds 0, as NVSHMEM rings */
 	db = (uint64_t)htobe32(d->pi << 8) | (uint64_t)htobe32(d->qpn << 8) << 32;
-	__atomic_store_n((uint64_t *)d->uar->reg_addr, db, __ATOMIC_RELEASE);
+	__atomic_store_n(d->db_reg, db, __ATOMIC_RELEASE);
 }
 
 /* Polls our own CQ for the completion of the WQE at index IDX. */
 static struct mlx5_cqe64 poll_cqe(struct devx_qp *d, uint32_t idx)
 {
 	struct mlx5_cqe64 *cqe = (void *)(d->cq_buf + (d->ci & ((1u << LOG_CQ) - 1)) * 64), copy;
-	__be32 *dbrec = (__be32 *)d->dbr;
 	double end = now_s() + 20;
+	__be32 rec;
 
 	for (;;) {
-		uint8_t op_own = __atomic_load_n(&cqe->op_own, __ATOMIC_ACQUIRE);
+		uint8_t op_own;
 
+		if (g_gpu)
+			dmem_get(&op_own, &cqe->op_own, 1);
+		else
+			op_own = __atomic_load_n(&cqe->op_own, __ATOMIC_ACQUIRE);
 		if ((op_own >> 4) != MLX5_CQE_INVALID && (op_own & 1) == ((d->ci >> LOG_CQ) & 1))
 			break;
 		CHECK(now_s() < end, "no CQE for WQE %u", idx);
 	}
-	copy = *cqe;
+	__atomic_thread_fence(__ATOMIC_ACQUIRE);	/* the owner byte first, then the rest */
+	dmem_get(&copy, cqe, sizeof(copy));
 	d->ci++;
-	dbrec[0] = htobe32(d->ci & 0xffffff);
+	rec = htobe32(d->ci & 0xffffff);
+	dmem_put(d->dbr, &rec, 4);
 	CHECK(mlx5dv_get_cqe_opcode(&copy) == MLX5_CQE_REQ, "CQE opcode %u (syndrome %#x)",
 	      mlx5dv_get_cqe_opcode(&copy), ((struct mlx5_err_cqe *)&copy)->syndrome);
 	CHECK(be16toh(copy.wqe_counter) == (uint16_t)idx, "wqe_counter %u, expected %u",
@@ -235,21 +386,30 @@ int main(int argc, char **argv)
 {
 	struct devx_qp d = {0};
 	struct peer_info me = {0}, peer;
-	uint8_t *region = aligned_alloc(4096, REGION);
+	uint8_t *region;
 	struct ibv_mr *mr;
 	const char *host = NULL;
 	int port = 18800, opt, fd;
+	uint64_t v;
 
-	while ((opt = getopt(argc, argv, "p:")) != -1)
+	while ((opt = getopt(argc, argv, "p:g")) != -1) {
 		if (opt == 'p')
 			port = atoi(optarg);
+		else if (opt == 'g')
+			g_gpu = 1;
+		else
+			DIE("usage: devx_rc [-g] [-p PORT] [HOST]");
+	}
 	if (optind < argc)
 		host = argv[optind];
 	setvbuf(stdout, NULL, _IOLBF, 0);
 	srand48(getpid());
+	if (g_gpu)
+		cuda_open();
 	build(&d);
-	memset(region, 0, REGION);
-	*(uint64_t *)(region + REGION - 8) = COUNTER_INIT;
+	region = dmem_alloc(REGION);
+	v = COUNTER_INIT;
+	dmem_put(region + REGION - 8, &v, 8);
 	mr = ibv_reg_mr(d.pd, region, REGION, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE |
 						      IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC);
 	CHECK(mr, "ibv_reg_mr: %s", strerror(errno));
@@ -270,45 +430,65 @@ int main(int argc, char **argv)
 	sync_peer(fd);
 	if (host) {
 		uint8_t *src = region, *dst = region + 16384;
-		uint64_t *res = (uint64_t *)(region + 32768);
+		uint64_t *res = (uint64_t *)(region + 32768), got[2];
+		uint8_t pattern[4096], back[4096];
 		struct mlx5_cqe64 c;
 		uint64_t expect = COUNTER_INIT;
 		uint32_t idx = 0;
 
 		for (int i = 0; i < 4096; i++)
-			src[i] = (uint8_t)(i * 7 + 3);
+			pattern[i] = (uint8_t)(i * 7 + 3);
+		dmem_put(src, pattern, 4096);
 		post_wqe(&d, MLX5_OPCODE_RDMA_WRITE, (uintptr_t)src, 4096, mr->lkey, peer.addr + 4096, peer.rkey, 0);
 		poll_cqe(&d, idx++);
 		post_wqe(&d, MLX5_OPCODE_RDMA_READ, (uintptr_t)dst, 4096, mr->lkey, peer.addr + 4096, peer.rkey, 0);
 		c = poll_cqe(&d, idx++);
 		CHECK(be32toh(c.byte_cnt) == 4096, "READ byte_cnt %u", be32toh(c.byte_cnt));
-		CHECK(!memcmp(src, dst, 4096), "read back differs");
+		dmem_get(back, dst, 4096);
+		CHECK(!memcmp(pattern, back, 4096), "read back differs");
 		printf("write 4096 + read 4096: identical\n");
 		for (uint64_t add = 1; add <= 3; add++) {
 			post_wqe(&d, MLX5_OPCODE_ATOMIC_FA, (uintptr_t)&res[0], 8, mr->lkey,
 				 peer.addr + REGION - 8, peer.rkey, add * 100);
 			poll_cqe(&d, idx++);
-			CHECK(res[0] == expect, "fetch_add returned %llu, expected %llu", (unsigned long long)res[0],
+			dmem_get(&got[0], &res[0], 8);
+			CHECK(got[0] == expect, "fetch_add returned %llu, expected %llu", (unsigned long long)got[0],
 			      (unsigned long long)expect);
 			expect += add * 100;
 		}
 		post_wqe(&d, MLX5_OPCODE_RDMA_READ, (uintptr_t)&res[1], 8, mr->lkey, peer.addr + REGION - 8,
 			 peer.rkey, 0);
 		poll_cqe(&d, idx++);
-		CHECK(res[1] == expect, "counter %llu", (unsigned long long)res[1]);
-		printf("fetch_add x3: returned 40, 140, 340; counter %llu\n", (unsigned long long)res[1]);
+		dmem_get(&got[1], &res[1], 8);
+		CHECK(got[1] == expect, "counter %llu", (unsigned long long)got[1]);
+		printf("fetch_add x3: returned 40, 140, 340; counter %llu\n", (unsigned long long)got[1]);
 		printf("client: %u WQEs, %u CQEs polled by hand\n", d.pi, d.ci);
 	}
 	sync_peer(fd);
-	if (!host)
-		printf("server: counter %llu, bytes 4096..8191 written\n",
-		       (unsigned long long)*(uint64_t *)(region + REGION - 8));
+	if (!host) {
+		uint8_t back[4096];
+		int same = 1;
+
+		dmem_get(&v, region + REGION - 8, 8);
+		dmem_get(back, region + 4096, 4096);
+		for (int i = 0; i < 4096; i++)
+			same &= back[i] == (uint8_t)(i * 7 + 3);
+		CHECK(same, "bytes 4096..8191 differ from what the client wrote");
+		printf("server: counter %llu, bytes 4096..8191 written\n", (unsigned long long)v);
+	}
 	close(fd);
 	CHECK(!mlx5dv_devx_obj_destroy(d.qp) && !mlx5dv_devx_obj_destroy(d.cq), "destroy");
 	CHECK(!mlx5dv_devx_umem_dereg(d.cq_umem) && !mlx5dv_devx_umem_dereg(d.wq_umem) &&
 	      !mlx5dv_devx_umem_dereg(d.dbr_umem), "dereg");
-	mlx5dv_devx_free_uar(d.uar);
 	ibv_dereg_mr(mr);
+	if (g_gpu) {
+		CU(cu.host_unregister(d.uar->base_addr));
+		dmem_free(d.cq_buf);
+		dmem_free(d.wq_buf);
+		dmem_free(d.dbr);
+	}
+	dmem_free(region);
+	mlx5dv_devx_free_uar(d.uar);
 	ibv_dealloc_pd(d.pd);
 	ibv_close_device(d.ctx);
 	return 0;

@@ -9,7 +9,7 @@ TARGETS = [
     Target(out="bin/rdma_stream", sources=["examples/rdma/rdma_stream.c"], kind="exe",
            cflags=_CFLAGS, libs=["ibverbs"]),
     Target(out="bin/devx_rc", sources=["examples/rdma/devx_rc.c"], kind="exe",
-           cflags=_CFLAGS, libs=["ibverbs", "mlx5"]),
+           cflags=_CFLAGS, libs=["ibverbs", "mlx5", "dl"]),
     Target(out="bin/rdma_errors", sources=["examples/rdma/rdma_errors.c"], kind="exe",
            cflags=_CFLAGS, libs=["ibverbs"]),
 ]

@@ -1,632 +1,1607 @@
-/* A test double of the CUDA driver (libcuda.so.1) for machines without a GPU.
+/* cudastub: a test double of the CUDA driver (libcuda.so.1) for machines without a GPU.
  *
- * It is not a GPU: "device memory" is host memory, one device, copies are memcpy.  It exists so
- * that CI runs the same driver calls a GPU-initiated program makes (memory allocation, host
- * registration, device pointers of host memory, pointer attributes, copies, streams,
- * cuGetProcAddress) through the same symbols, with the same ABI and the error codes the real
- * driver gives where a program or a tracer depends on them:
- *   - cuMemHostRegister with CU_MEMHOSTREGISTER_IOMEMORY fails with CUDA_ERROR_INVALID_VALUE
- *     (there is no I/O memory here; measured on the H200: ordinary memory is refused too);
- *   - cuMemHostGetDevicePointer of memory neither registered nor allocated with DEVICEMAP fails
- *     with CUDA_ERROR_INVALID_VALUE; otherwise the device pointer equals the host address (as
- *     the H200 gives for registered host memory);
- *   - cuPointerGetAttribute of unknown memory fails with CUDA_ERROR_INVALID_VALUE;
- *   - cuGetProcAddress hands out the driver's internal entry points, not the exported symbols,
- *     as real drivers resolve through internal tables: a tracer must handle both.
- * It says what it is in the exported string `sigmatrace_cudastub`.
+ * Host memory stands in for device memory: cuMemAlloc maps anonymous pages, copies are
+ * memcpy, streams are handles and every operation completes before it returns.  What the
+ * emulated NIC and GPU-initiated examples rely on behaves as the driver does on an H200:
+ * pointer classification (cuPointerGetAttribute), cuMemHostRegister semantics (DEVICEMAP|
+ * PORTABLE map ordinary memory, and the device pointer is the host address; IOMEMORY on
+ * ordinary memory fails with CUDA_ERROR_INVALID_VALUE), contexts current per thread, errors
+ * before cuInit, cuGetProcAddress with per-version names that hands out the driver's internal
+ * entry points (not the exported symbols, as real drivers do).  No kernel ever runs.
+ *
+ * Signatures follow cuda.h (CUDA 13.0).  The file builds without CUDA headers; the test
+ * tests/simnic/test_cudastub.py compiles it once more against the real cuda.h with
+ * __CUDA_API_VERSION_INTERNAL (as the driver itself is built), so that the compiler checks
+ * every definition against the driver's prototype.
+ *
+ * Environment: CUDASTUB_DEVICES (number of devices, default 1; 0: cuInit says
+ * CUDA_ERROR_NO_DEVICE); CUDASTUB_STATS=1 prints at exit, to stderr, how often each copy
+ * and stream call was made ("cudastub: NAME COUNT"), so that a test can tell that the
+ * emulated NIC moved data with the driver's copies.
  */
 #include <pthread.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <unistd.h>
+
+#ifdef CUDASTUB_WITH_CUDA_H
+#include <cuda.h>
+#else
+/* The subset of cuda.h used here, with the same names and types. */
+#define CUDAAPI
+typedef int CUresult;
+typedef int CUdevice;
+typedef unsigned long long CUdeviceptr;
+typedef uint64_t cuuint64_t;
+typedef struct CUctx_st *CUcontext;
+typedef struct CUstream_st *CUstream;
+typedef unsigned int CUpointer_attribute;
+typedef unsigned int CUdevice_attribute;
+typedef unsigned int CUdriverProcAddressQueryResult;
+typedef struct CUexecAffinityParam_st CUexecAffinityParam;
+typedef struct CUctxCreateParams_st CUctxCreateParams;
+#define CUDA_VERSION 13000
+#define CU_STREAM_LEGACY ((CUstream)0x1)
+#define CU_STREAM_PER_THREAD ((CUstream)0x2)
+#endif
 
 #define EXPORT __attribute__((visibility("default")))
 
-EXPORT const char sigmatrace_cudastub[] =
-    "sigmatrace CUDA driver test double: host memory stands in for device memory (no GPU)";
+#define OK 0
+#define E_INVALID_VALUE 1
+#define E_OUT_OF_MEMORY 2
+#define E_NOT_INITIALIZED 3
+#define E_NO_DEVICE 100
+#define E_INVALID_DEVICE 101
+#define E_INVALID_CONTEXT 201
+#define E_INVALID_HANDLE 400
+#define E_NOT_FOUND 500
+#define E_HOST_MEMORY_ALREADY_REGISTERED 712
+#define E_HOST_MEMORY_NOT_REGISTERED 713
+#define E_NOT_SUPPORTED 801
 
-typedef int CUresult;
-typedef uint64_t CUdeviceptr;
-typedef int CUdevice;
-typedef struct CUctx_st *CUcontext;
-typedef struct CUstream_st *CUstream;
+/* The marker by which tests and tools tell this double from the real driver. */
+EXPORT const char sigmatrace_cudastub[] = "sigmatrace cudastub 1 (host memory stands in for device memory)";
 
-enum {
-    CUDA_SUCCESS = 0,
-    CUDA_ERROR_INVALID_VALUE = 1,
-    CUDA_ERROR_OUT_OF_MEMORY = 2,
-    CUDA_ERROR_NOT_INITIALIZED = 3,
-    CUDA_ERROR_INVALID_DEVICE = 101,
-    CUDA_ERROR_INVALID_CONTEXT = 201,
-    CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED = 712,
-    CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED = 713,
-    CUDA_ERROR_NOT_FOUND = 500,
-    CUDA_ERROR_NOT_SUPPORTED = 801,
-};
-enum {
-    CU_MEMHOSTALLOC_PORTABLE = 1,
-    CU_MEMHOSTALLOC_DEVICEMAP = 2,
-    CU_MEMHOSTALLOC_WRITECOMBINED = 4,
-    CU_MEMHOSTREGISTER_PORTABLE = 1,
-    CU_MEMHOSTREGISTER_DEVICEMAP = 2,
-    CU_MEMHOSTREGISTER_IOMEMORY = 4,
-    CU_MEMHOSTREGISTER_READ_ONLY = 8,
-};
-enum {
-    CU_POINTER_ATTRIBUTE_CONTEXT = 1,
-    CU_POINTER_ATTRIBUTE_MEMORY_TYPE = 2,
-    CU_POINTER_ATTRIBUTE_DEVICE_POINTER = 3,
-    CU_POINTER_ATTRIBUTE_HOST_POINTER = 4,
-    CU_POINTER_ATTRIBUTE_IS_MANAGED = 8,
-    CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL = 9,
-    CU_POINTER_ATTRIBUTE_RANGE_START_ADDR = 11,
-    CU_POINTER_ATTRIBUTE_RANGE_SIZE = 12,
-    CU_POINTER_ATTRIBUTE_MAPPED = 13,
-};
-enum { CU_MEMORYTYPE_HOST = 1, CU_MEMORYTYPE_DEVICE = 2 };
-enum { CU_GET_PROC_ADDRESS_SUCCESS = 0, CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND = 1 };
+#include "cs_errors.h"
 
-/* ---- state ---------------------------------------------------------------------------------- */
+/* ---- state ----------------------------------------------------------------------------------- */
+
+#define MAX_DEVICES 8
+#define CTX_MAGIC 0x43747843u	/* "CtxC" */
+#define STREAM_MAGIC 0x53747253u
 
 struct CUctx_st {
-    int device;
-    int refs;
+	uint32_t magic;
+	int dev;
+	int primary;
+	unsigned flags;
 };
+
 struct CUstream_st {
-    int flags;
+	uint32_t magic;
+	unsigned flags;
+	CUcontext ctx;
 };
 
-enum kind { K_DEVICE = 1, K_HOST_ALLOC = 2, K_REGISTERED = 3 };
+enum { R_DEVICE = 1, R_HOST_REGISTERED, R_HOST_ALLOC };
+
 struct range {
-    uintptr_t lo, hi;
-    int kind;
-    unsigned flags;
+	uintptr_t base;
+	size_t size;
+	uintptr_t map_base;	/* page-rounded span (registrations may not overlap) */
+	size_t map_size;
+	int kind;
+	unsigned flags;
+	CUcontext ctx;
+	unsigned long long id;
 };
 
-static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
-static int initialized;
-static struct CUctx_st primary = {0, 0};
-static __thread CUcontext current;
-static struct range *ranges;
-static size_t n_ranges, cap_ranges;
+static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
+static int g_inited;
+static int g_ndev;
+static struct CUctx_st g_primary[MAX_DEVICES];
+static int g_primary_refs[MAX_DEVICES];
+static unsigned g_primary_flags[MAX_DEVICES];
+static struct range *g_ranges;
+static size_t g_nranges, g_cap;
+static unsigned long long g_next_id = 1;
 
-static int add_range(uintptr_t lo, size_t n, int kind, unsigned flags)
-{
-    if (n_ranges == cap_ranges) {
-        size_t nc = cap_ranges ? cap_ranges * 2 : 256;
-        struct range *r = realloc(ranges, nc * sizeof(*r));
-        if (!r)
-            return -1;
-        ranges = r;
-        cap_ranges = nc;
-    }
-    ranges[n_ranges++] = (struct range){lo, lo + n, kind, flags};
-    return 0;
-}
+/* current context: a stack per thread, its top current (cuCtxSetCurrent replaces the top) */
+#define CTX_STACK 16
+static __thread CUcontext t_stack[CTX_STACK];
+static __thread int t_depth;
 
-static struct range *find(uintptr_t p)
+static CUcontext current(void)
 {
-    for (size_t i = 0; i < n_ranges; i++)
-        if (p >= ranges[i].lo && p < ranges[i].hi)
-            return &ranges[i];
-    return NULL;
+	return t_depth ? t_stack[t_depth - 1] : NULL;
 }
 
-static void drop(struct range *r) { *r = ranges[--n_ranges]; }
-
-static CUresult need_ctx(void)
+static int valid_ctx(CUcontext c)
 {
-    if (!initialized)
-        return CUDA_ERROR_NOT_INITIALIZED;
-    return current ? CUDA_SUCCESS : CUDA_ERROR_INVALID_CONTEXT;
+	return c && c->magic == CTX_MAGIC;
 }
 
-static void *map(size_t n)
+#define REQUIRE_INIT()                                                                       \
+	do {                                                                                 \
+		if (!__atomic_load_n(&g_inited, __ATOMIC_ACQUIRE))                            \
+			return E_NOT_INITIALIZED;                                            \
+	} while (0)
+
+#define REQUIRE_CTX()                                                                        \
+	do {                                                                                 \
+		REQUIRE_INIT();                                                              \
+		if (!valid_ctx(current()))                                                   \
+			return E_INVALID_CONTEXT;                                            \
+	} while (0)
+
+/* ranges; callers hold g_lock */
+static struct range *find_range(uintptr_t p)
 {
-    void *p = mmap(NULL, n ? n : 1, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    return p == MAP_FAILED ? NULL : p;
+	for (size_t i = 0; i < g_nranges; i++)
+		if (p >= g_ranges[i].base && p - g_ranges[i].base < g_ranges[i].size)
+			return &g_ranges[i];
+	return NULL;
 }
 
-/* ---- the driver's entry points (internal: exported wrappers below call these) --------------- */
-
-static CUresult i_Init(unsigned flags)
+static struct range *find_base(uintptr_t p, int kind)
 {
-    if (flags)
-        return CUDA_ERROR_INVALID_VALUE;
-    initialized = 1;
-    return CUDA_SUCCESS;
-}
-static CUresult i_DriverGetVersion(int *v)
-{
-    if (!v)
-        return CUDA_ERROR_INVALID_VALUE;
-    *v = 13000;
-    return CUDA_SUCCESS;
-}
-static CUresult i_DeviceGetCount(int *n)
-{
-    if (!initialized)
-        return CUDA_ERROR_NOT_INITIALIZED;
-    if (!n)
-        return CUDA_ERROR_INVALID_VALUE;
-    *n = 1;
-    return CUDA_SUCCESS;
-}
-static CUresult i_DeviceGet(CUdevice *d, int ordinal)
-{
-    if (!initialized)
-        return CUDA_ERROR_NOT_INITIALIZED;
-    if (!d || ordinal != 0)
-        return ordinal != 0 ? CUDA_ERROR_INVALID_DEVICE : CUDA_ERROR_INVALID_VALUE;
-    *d = 0;
-    return CUDA_SUCCESS;
-}
-static CUresult i_DeviceGetName(char *name, int len, CUdevice d)
-{
-    if (!initialized)
-        return CUDA_ERROR_NOT_INITIALIZED;
-    if (d != 0)
-        return CUDA_ERROR_INVALID_DEVICE;
-    if (!name || len <= 0)
-        return CUDA_ERROR_INVALID_VALUE;
-    strncpy(name, "sigmatrace cudastub (no GPU)", (size_t)len - 1);
-    name[len - 1] = 0;
-    return CUDA_SUCCESS;
-}
-static CUresult i_DevicePrimaryCtxRetain(CUcontext *c, CUdevice d)
-{
-    if (!initialized)
-        return CUDA_ERROR_NOT_INITIALIZED;
-    if (d != 0)
-        return CUDA_ERROR_INVALID_DEVICE;
-    if (!c)
-        return CUDA_ERROR_INVALID_VALUE;
-    __atomic_add_fetch(&primary.refs, 1, __ATOMIC_RELAXED);
-    *c = &primary;
-    return CUDA_SUCCESS;
-}
-static CUresult i_DevicePrimaryCtxRelease(CUdevice d)
-{
-    if (!initialized)
-        return CUDA_ERROR_NOT_INITIALIZED;
-    if (d != 0)
-        return CUDA_ERROR_INVALID_DEVICE;
-    __atomic_sub_fetch(&primary.refs, 1, __ATOMIC_RELAXED);
-    return CUDA_SUCCESS;
-}
-static CUresult i_CtxSetCurrent(CUcontext c)
-{
-    if (!initialized)
-        return CUDA_ERROR_NOT_INITIALIZED;
-    if (c && c != &primary)
-        return CUDA_ERROR_INVALID_CONTEXT;
-    current = c;
-    return CUDA_SUCCESS;
-}
-static CUresult i_CtxGetCurrent(CUcontext *c)
-{
-    if (!initialized)
-        return CUDA_ERROR_NOT_INITIALIZED;
-    if (!c)
-        return CUDA_ERROR_INVALID_VALUE;
-    *c = current;
-    return CUDA_SUCCESS;
-}
-static CUresult i_CtxGetDevice(CUdevice *d)
-{
-    CUresult r = need_ctx();
-    if (r)
-        return r;
-    *d = 0;
-    return CUDA_SUCCESS;
-}
-static CUresult i_CtxSynchronize(void) { return need_ctx(); }
-
-static CUresult i_MemAlloc(CUdeviceptr *d, size_t n)
-{
-    CUresult r = need_ctx();
-    if (r)
-        return r;
-    if (!d || !n)
-        return CUDA_ERROR_INVALID_VALUE;
-    void *p = map(n);
-    if (!p)
-        return CUDA_ERROR_OUT_OF_MEMORY;
-    pthread_mutex_lock(&lock);
-    int e = add_range((uintptr_t)p, n, K_DEVICE, 0);
-    pthread_mutex_unlock(&lock);
-    if (e) {
-        munmap(p, n);
-        return CUDA_ERROR_OUT_OF_MEMORY;
-    }
-    *d = (CUdeviceptr)(uintptr_t)p;
-    return CUDA_SUCCESS;
-}
-static CUresult i_MemFree(CUdeviceptr d)
-{
-    CUresult r = need_ctx();
-    if (r)
-        return r;
-    pthread_mutex_lock(&lock);
-    struct range *g = find((uintptr_t)d);
-    if (!g || g->kind != K_DEVICE || g->lo != (uintptr_t)d) {
-        pthread_mutex_unlock(&lock);
-        return CUDA_ERROR_INVALID_VALUE;
-    }
-    size_t n = g->hi - g->lo;
-    drop(g);
-    pthread_mutex_unlock(&lock);
-    munmap((void *)(uintptr_t)d, n);
-    return CUDA_SUCCESS;
-}
-static CUresult i_MemHostAlloc(void **pp, size_t n, unsigned flags)
-{
-    CUresult r = need_ctx();
-    if (r)
-        return r;
-    if (!pp || !n || flags & ~7u)
-        return CUDA_ERROR_INVALID_VALUE;
-    void *p = map(n);
-    if (!p)
-        return CUDA_ERROR_OUT_OF_MEMORY;
-    pthread_mutex_lock(&lock);
-    int e = add_range((uintptr_t)p, n, K_HOST_ALLOC, flags);
-    pthread_mutex_unlock(&lock);
-    if (e) {
-        munmap(p, n);
-        return CUDA_ERROR_OUT_OF_MEMORY;
-    }
-    *pp = p;
-    return CUDA_SUCCESS;
-}
-static CUresult i_MemAllocHost(void **pp, size_t n) { return i_MemHostAlloc(pp, n, 0); }
-static CUresult i_MemFreeHost(void *p)
-{
-    CUresult r = need_ctx();
-    if (r)
-        return r;
-    pthread_mutex_lock(&lock);
-    struct range *g = find((uintptr_t)p);
-    if (!g || g->kind != K_HOST_ALLOC || g->lo != (uintptr_t)p) {
-        pthread_mutex_unlock(&lock);
-        return CUDA_ERROR_INVALID_VALUE;
-    }
-    size_t n = g->hi - g->lo;
-    drop(g);
-    pthread_mutex_unlock(&lock);
-    munmap(p, n);
-    return CUDA_SUCCESS;
-}
-static CUresult i_MemHostRegister(void *p, size_t n, unsigned flags)
-{
-    CUresult r = need_ctx();
-    if (r)
-        return r;
-    if (!p || !n || flags & ~15u)
-        return CUDA_ERROR_INVALID_VALUE;
-    if (flags & CU_MEMHOSTREGISTER_IOMEMORY)
-        return CUDA_ERROR_INVALID_VALUE; /* no I/O memory here; ordinary memory is refused */
-    pthread_mutex_lock(&lock);
-    for (size_t i = 0; i < n_ranges; i++)
-        if (ranges[i].kind == K_REGISTERED && (uintptr_t)p < ranges[i].hi && (uintptr_t)p + n > ranges[i].lo) {
-            pthread_mutex_unlock(&lock);
-            return CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED;
-        }
-    int e = add_range((uintptr_t)p, n, K_REGISTERED, flags);
-    pthread_mutex_unlock(&lock);
-    return e ? CUDA_ERROR_OUT_OF_MEMORY : CUDA_SUCCESS;
-}
-static CUresult i_MemHostUnregister(void *p)
-{
-    CUresult r = need_ctx();
-    if (r)
-        return r;
-    pthread_mutex_lock(&lock);
-    struct range *g = find((uintptr_t)p);
-    if (!g || g->kind != K_REGISTERED || g->lo != (uintptr_t)p) {
-        pthread_mutex_unlock(&lock);
-        return CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED;
-    }
-    drop(g);
-    pthread_mutex_unlock(&lock);
-    return CUDA_SUCCESS;
-}
-static CUresult i_MemHostGetDevicePointer(CUdeviceptr *d, void *p, unsigned flags)
-{
-    CUresult r = need_ctx();
-    if (r)
-        return r;
-    if (!d || flags)
-        return CUDA_ERROR_INVALID_VALUE;
-    pthread_mutex_lock(&lock);
-    struct range *g = find((uintptr_t)p);
-    int mapped = g && g->kind != K_DEVICE;
-    pthread_mutex_unlock(&lock);
-    if (!mapped)
-        return CUDA_ERROR_INVALID_VALUE;
-    *d = (CUdeviceptr)(uintptr_t)p; /* as the H200 gives for registered host memory */
-    return CUDA_SUCCESS;
-}
-static CUresult i_MemHostGetDevicePointer_v1(uint32_t *d, void *p, unsigned flags)
-{
-    CUdeviceptr x;
-    CUresult r = i_MemHostGetDevicePointer(&x, p, flags);
-    if (r)
-        return r;
-    if (x >> 32)
-        return CUDA_ERROR_INVALID_VALUE;
-    *d = (uint32_t)x;
-    return CUDA_SUCCESS;
-}
-static CUresult i_MemHostGetFlags(unsigned *f, void *p)
-{
-    CUresult r = need_ctx();
-    if (r)
-        return r;
-    pthread_mutex_lock(&lock);
-    struct range *g = find((uintptr_t)p);
-    int ok = g && g->kind == K_HOST_ALLOC;
-    if (ok)
-        *f = g->flags;
-    pthread_mutex_unlock(&lock);
-    return ok ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
-}
-static CUresult i_PointerGetAttribute(void *data, int attr, CUdeviceptr ptr)
-{
-    if (!initialized)
-        return CUDA_ERROR_NOT_INITIALIZED;
-    if (!data)
-        return CUDA_ERROR_INVALID_VALUE;
-    pthread_mutex_lock(&lock);
-    struct range *g = find((uintptr_t)ptr), copy = {0};
-    if (g)
-        copy = *g;
-    pthread_mutex_unlock(&lock);
-    if (!g)
-        return CUDA_ERROR_INVALID_VALUE;
-    switch (attr) {
-    case CU_POINTER_ATTRIBUTE_CONTEXT:
-        *(CUcontext *)data = &primary;
-        return CUDA_SUCCESS;
-    case CU_POINTER_ATTRIBUTE_MEMORY_TYPE:
-        *(unsigned *)data = copy.kind == K_DEVICE ? CU_MEMORYTYPE_DEVICE : CU_MEMORYTYPE_HOST;
-        return CUDA_SUCCESS;
-    case CU_POINTER_ATTRIBUTE_DEVICE_POINTER:
-    case CU_POINTER_ATTRIBUTE_HOST_POINTER:
-        *(void **)data = (void *)(uintptr_t)ptr;
-        return CUDA_SUCCESS;
-    case CU_POINTER_ATTRIBUTE_IS_MANAGED:
-        *(unsigned *)data = 0;
-        return CUDA_SUCCESS;
-    case CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL:
-        *(int *)data = 0;
-        return CUDA_SUCCESS;
-    case CU_POINTER_ATTRIBUTE_RANGE_START_ADDR:
-        *(CUdeviceptr *)data = copy.lo;
-        return CUDA_SUCCESS;
-    case CU_POINTER_ATTRIBUTE_RANGE_SIZE:
-        *(size_t *)data = copy.hi - copy.lo;
-        return CUDA_SUCCESS;
-    case CU_POINTER_ATTRIBUTE_MAPPED:
-        *(unsigned *)data = 1;
-        return CUDA_SUCCESS;
-    default:
-        return CUDA_ERROR_INVALID_VALUE;
-    }
-}
-static CUresult i_MemcpyHtoD(CUdeviceptr d, const void *s, size_t n)
-{
-    CUresult r = need_ctx();
-    if (r)
-        return r;
-    memcpy((void *)(uintptr_t)d, s, n);
-    return CUDA_SUCCESS;
-}
-static CUresult i_MemcpyDtoH(void *d, CUdeviceptr s, size_t n)
-{
-    CUresult r = need_ctx();
-    if (r)
-        return r;
-    memcpy(d, (const void *)(uintptr_t)s, n);
-    return CUDA_SUCCESS;
-}
-static CUresult i_MemcpyDtoD(CUdeviceptr d, CUdeviceptr s, size_t n)
-{
-    CUresult r = need_ctx();
-    if (r)
-        return r;
-    memmove((void *)(uintptr_t)d, (const void *)(uintptr_t)s, n);
-    return CUDA_SUCCESS;
-}
-/* Asynchronous copies complete before the call returns: a stream may run ahead of the host. */
-static CUresult i_MemcpyHtoDAsync(CUdeviceptr d, const void *s, size_t n, CUstream st)
-{
-    (void)st;
-    return i_MemcpyHtoD(d, s, n);
-}
-static CUresult i_MemcpyDtoHAsync(void *d, CUdeviceptr s, size_t n, CUstream st)
-{
-    (void)st;
-    return i_MemcpyDtoH(d, s, n);
-}
-static CUresult i_MemsetD8(CUdeviceptr d, unsigned char v, size_t n)
-{
-    CUresult r = need_ctx();
-    if (r)
-        return r;
-    memset((void *)(uintptr_t)d, v, n);
-    return CUDA_SUCCESS;
-}
-static CUresult i_StreamCreate(CUstream *s, unsigned flags)
-{
-    CUresult r = need_ctx();
-    if (r)
-        return r;
-    if (!s)
-        return CUDA_ERROR_INVALID_VALUE;
-    struct CUstream_st *x = calloc(1, sizeof(*x));
-    if (!x)
-        return CUDA_ERROR_OUT_OF_MEMORY;
-    x->flags = (int)flags;
-    *s = x;
-    return CUDA_SUCCESS;
-}
-static CUresult i_StreamDestroy(CUstream s)
-{
-    CUresult r = need_ctx();
-    if (r)
-        return r;
-    free(s);
-    return CUDA_SUCCESS;
-}
-static CUresult i_StreamSynchronize(CUstream s)
-{
-    (void)s;
-    return need_ctx();
+	for (size_t i = 0; i < g_nranges; i++)
+		if (g_ranges[i].base == p && g_ranges[i].kind == kind)
+			return &g_ranges[i];
+	return NULL;
 }
 
-static const char *const err_names[][2] = {
-    {"CUDA_SUCCESS", "no error"},
-    {"CUDA_ERROR_INVALID_VALUE", "invalid argument"},
-    {"CUDA_ERROR_OUT_OF_MEMORY", "out of memory"},
-    {"CUDA_ERROR_NOT_INITIALIZED", "initialization error"},
+static struct range *add_range(uintptr_t base, size_t size, int kind, unsigned flags, CUcontext ctx)
+{
+	long pg = sysconf(_SC_PAGESIZE);
+	struct range *r;
+
+	if (g_nranges == g_cap) {
+		size_t cap = g_cap ? 2 * g_cap : 64;
+		struct range *n = realloc(g_ranges, cap * sizeof(*n));
+
+		if (!n)
+			return NULL;
+		g_ranges = n;
+		g_cap = cap;
+	}
+	r = &g_ranges[g_nranges++];
+	r->base = base;
+	r->size = size;
+	r->map_base = base & ~(uintptr_t)(pg - 1);
+	r->map_size = ((base + size + pg - 1) & ~(uintptr_t)(pg - 1)) - r->map_base;
+	r->kind = kind;
+	r->flags = flags;
+	r->ctx = ctx;
+	r->id = g_next_id++;
+	return r;
+}
+
+static void del_range(struct range *r)
+{
+	*r = g_ranges[--g_nranges];
+}
+
+/* A device-side address range [p, p+n) must lie in memory the device can reach: a device
+ * allocation, or mapped host memory (registered or allocated through the driver). */
+static int device_span_ok(CUdeviceptr p, size_t n)
+{
+	struct range *r;
+	int ok;
+
+	pthread_mutex_lock(&g_lock);
+	r = find_range((uintptr_t)p);
+	ok = r && (uintptr_t)p - r->base + n <= r->size;
+	pthread_mutex_unlock(&g_lock);
+	return ok;
+}
+
+/* ---- initialization, version, devices ------------------------------------------------------- */
+
+static inline __attribute__((always_inline)) CUresult impl_cuInit(unsigned int Flags)
+{
+	const char *env = getenv("CUDASTUB_DEVICES");
+	int n = env ? atoi(env) : 1;
+
+	if (Flags)
+		return E_INVALID_VALUE;
+	if (n <= 0)
+		return E_NO_DEVICE;
+	pthread_mutex_lock(&g_lock);
+	if (!g_inited) {
+		g_ndev = n > MAX_DEVICES ? MAX_DEVICES : n;
+		for (int i = 0; i < g_ndev; i++) {
+			g_primary[i].magic = CTX_MAGIC;
+			g_primary[i].dev = i;
+			g_primary[i].primary = 1;
+		}
+		__atomic_store_n(&g_inited, 1, __ATOMIC_RELEASE);
+	}
+	pthread_mutex_unlock(&g_lock);
+	return OK;
+}
+
+static inline __attribute__((always_inline)) CUresult impl_cuDriverGetVersion(int *driverVersion)
+{
+	if (!driverVersion)
+		return E_INVALID_VALUE;
+	*driverVersion = CUDA_VERSION;
+	return OK;
+}
+
+static inline __attribute__((always_inline)) CUresult impl_cuDeviceGetCount(int *count)
+{
+	REQUIRE_INIT();
+	if (!count)
+		return E_INVALID_VALUE;
+	*count = g_ndev;
+	return OK;
+}
+
+static inline __attribute__((always_inline)) CUresult impl_cuDeviceGet(CUdevice *device, int ordinal)
+{
+	REQUIRE_INIT();
+	if (!device)
+		return E_INVALID_VALUE;
+	if (ordinal < 0 || ordinal >= g_ndev)
+		return E_INVALID_DEVICE;
+	*device = ordinal;
+	return OK;
+}
+
+#define CHECK_DEV(d)                                                                         \
+	do {                                                                                 \
+		REQUIRE_INIT();                                                              \
+		if ((d) < 0 || (d) >= g_ndev)                                                \
+			return E_INVALID_DEVICE;                                             \
+	} while (0)
+
+static inline __attribute__((always_inline)) CUresult impl_cuDeviceGetName(char *name, int len, CUdevice dev)
+{
+	CHECK_DEV(dev);
+	if (!name || len <= 0)
+		return E_INVALID_VALUE;
+	snprintf(name, (size_t)len, "NVIDIA H200 (sigmatrace cudastub)");
+	return OK;
+}
+
+static inline __attribute__((always_inline)) CUresult impl_cuDeviceTotalMem_v2(size_t *bytes, CUdevice dev)
+{
+	CHECK_DEV(dev);
+	if (!bytes)
+		return E_INVALID_VALUE;
+	*bytes = (size_t)143771 << 20;
+	return OK;
+}
+
+static inline __attribute__((always_inline)) CUresult impl_cuDeviceGetPCIBusId(char *pciBusId, int len, CUdevice dev)
+{
+	CHECK_DEV(dev);
+	if (!pciBusId || len <= 0)
+		return E_INVALID_VALUE;
+	snprintf(pciBusId, (size_t)len, "0000:%02X:00.0", 0x18 + 0x10 * dev);
+	return OK;
+}
+
+/* The attributes programs commonly ask about, with an H200's values; other valid ones
+ * read 0. */
+static inline __attribute__((always_inline)) CUresult impl_cuDeviceGetAttribute(int *pi, CUdevice_attribute attrib, CUdevice dev)
+{
+	CHECK_DEV(dev);
+	if (!pi || attrib < 1 || attrib > 150)
+		return E_INVALID_VALUE;
+	switch (attrib) {
+	case 1: *pi = 1024; break;		/* MAX_THREADS_PER_BLOCK */
+	case 8: *pi = 49152; break;		/* MAX_SHARED_MEMORY_PER_BLOCK */
+	case 10: *pi = 32; break;		/* WARP_SIZE */
+	case 13: *pi = 1980000; break;		/* CLOCK_RATE (kHz) */
+	case 16: *pi = 132; break;		/* MULTIPROCESSOR_COUNT */
+	case 19: *pi = 1; break;		/* CAN_MAP_HOST_MEMORY */
+	case 33: *pi = 0x18 + 0x10 * dev; break;	/* PCI_BUS_ID */
+	case 34: *pi = 0; break;		/* PCI_DEVICE_ID */
+	case 41: *pi = 1; break;		/* UNIFIED_ADDRESSING */
+	case 50: *pi = 0; break;		/* PCI_DOMAIN_ID */
+	case 75: *pi = 9; break;		/* COMPUTE_CAPABILITY_MAJOR */
+	case 76: *pi = 0; break;		/* COMPUTE_CAPABILITY_MINOR */
+	case 83: *pi = 1; break;		/* MANAGED_MEMORY */
+	case 91: *pi = 1; break;		/* CAN_USE_HOST_POINTER_FOR_REGISTERED_MEM */
+	case 99: *pi = 1; break;		/* HOST_REGISTER_SUPPORTED */
+	case 116: *pi = 1; break;		/* GPU_DIRECT_RDMA_SUPPORTED */
+	case 117: *pi = 1; break;		/* GPU_DIRECT_RDMA_FLUSH_WRITES_OPTIONS: HOST */
+	case 118: *pi = 100; break;		/* GPU_DIRECT_RDMA_WRITES_ORDERING: OWNER */
+	default: *pi = 0; break;
+	}
+	return OK;
+}
+
+/* ---- contexts ---------------------------------------------------------------------------------- */
+
+static inline __attribute__((always_inline)) CUresult impl_cuDevicePrimaryCtxRetain(CUcontext *pctx, CUdevice dev)
+{
+	CHECK_DEV(dev);
+	if (!pctx)
+		return E_INVALID_VALUE;
+	pthread_mutex_lock(&g_lock);
+	g_primary_refs[dev]++;
+	pthread_mutex_unlock(&g_lock);
+	*pctx = &g_primary[dev];
+	return OK;
+}
+
+/* The primary context's object outlives its last release (its allocations stay too). */
+static inline __attribute__((always_inline)) CUresult impl_cuDevicePrimaryCtxRelease_v2(CUdevice dev)
+{
+	CUresult rc = OK;
+
+	CHECK_DEV(dev);
+	pthread_mutex_lock(&g_lock);
+	if (g_primary_refs[dev] > 0)
+		g_primary_refs[dev]--;
+	else
+		rc = E_INVALID_CONTEXT;
+	pthread_mutex_unlock(&g_lock);
+	return rc;
+}
+
+static inline __attribute__((always_inline)) CUresult impl_cuDevicePrimaryCtxRelease(CUdevice dev)
+{
+	return impl_cuDevicePrimaryCtxRelease_v2(dev);
+}
+
+static inline __attribute__((always_inline)) CUresult impl_cuDevicePrimaryCtxGetState(CUdevice dev, unsigned int *flags, int *active)
+{
+	CHECK_DEV(dev);
+	if (!flags || !active)
+		return E_INVALID_VALUE;
+	pthread_mutex_lock(&g_lock);
+	*flags = g_primary_flags[dev];
+	*active = g_primary_refs[dev] > 0;
+	pthread_mutex_unlock(&g_lock);
+	return OK;
+}
+
+static inline __attribute__((always_inline)) CUresult impl_cuDevicePrimaryCtxSetFlags_v2(CUdevice dev, unsigned int flags)
+{
+	CHECK_DEV(dev);
+	if (flags > 0x1ff)
+		return E_INVALID_VALUE;
+	g_primary_flags[dev] = flags;
+	return OK;
+}
+
+static inline __attribute__((always_inline)) CUresult ctx_create(CUcontext *pctx, unsigned flags, CUdevice dev)
+{
+	CUcontext c;
+
+	CHECK_DEV(dev);
+	if (!pctx || flags > 0x1ff)
+		return E_INVALID_VALUE;
+	c = calloc(1, sizeof(*c));
+	if (!c)
+		return E_OUT_OF_MEMORY;
+	c->magic = CTX_MAGIC;
+	c->dev = dev;
+	c->flags = flags;
+	/* the new context is pushed onto the calling thread's stack */
+	if (t_depth == CTX_STACK) {
+		free(c);
+		return E_OUT_OF_MEMORY;
+	}
+	t_stack[t_depth++] = c;
+	*pctx = c;
+	return OK;
+}
+
+static inline __attribute__((always_inline)) CUresult impl_cuCtxCreate_v2(CUcontext *pctx, unsigned int flags, CUdevice dev)
+{
+	return ctx_create(pctx, flags, dev);
+}
+
+static inline __attribute__((always_inline)) CUresult impl_cuCtxCreate(CUcontext *pctx, unsigned int flags, CUdevice dev)
+{
+	return ctx_create(pctx, flags, dev);
+}
+
+static inline __attribute__((always_inline)) CUresult impl_cuCtxCreate_v3(CUcontext *pctx, CUexecAffinityParam *paramsArray,
+				      int numParams, unsigned int flags, CUdevice dev)
+{
+	if (numParams > 0)
+		return E_NOT_SUPPORTED;
+	return ctx_create(pctx, flags, dev);
+}
+
+static inline __attribute__((always_inline)) CUresult impl_cuCtxCreate_v4(CUcontext *pctx, CUctxCreateParams *ctxCreateParams,
+				      unsigned int flags, CUdevice dev)
+{
+	if (ctxCreateParams) {
+		/* execution affinity and CIG are not emulated */
+		struct {
+			void *exec;
+			int nexec;
+			void *cig;
+		} *p = (void *)ctxCreateParams;
+
+		if (p->nexec > 0 || p->cig)
+			return E_NOT_SUPPORTED;
+	}
+	return ctx_create(pctx, flags, dev);
+}
+
+static inline __attribute__((always_inline)) CUresult impl_cuCtxDestroy_v2(CUcontext ctx)
+{
+	REQUIRE_INIT();
+	if (!valid_ctx(ctx) || ctx->primary)
+		return E_INVALID_CONTEXT;
+	/* off every stack of this thread (other threads' stacks are theirs: real drivers
+	 * leave them dangling too); its device memory goes */
+	for (int i = 0; i < t_depth; i++)
+		if (t_stack[i] == ctx) {
+			memmove(&t_stack[i], &t_stack[i + 1], (size_t)(t_depth - i - 1) * sizeof(ctx));
+			t_depth--;
+			i--;
+		}
+	pthread_mutex_lock(&g_lock);
+	for (size_t i = 0; i < g_nranges; i++)
+		if (g_ranges[i].ctx == ctx) {
+			if (g_ranges[i].kind == R_DEVICE || g_ranges[i].kind == R_HOST_ALLOC)
+				munmap((void *)g_ranges[i].map_base, g_ranges[i].map_size);
+			del_range(&g_ranges[i]);
+			i--;
+		}
+	pthread_mutex_unlock(&g_lock);
+	ctx->magic = 0;
+	free(ctx);
+	return OK;
+}
+
+static inline __attribute__((always_inline)) CUresult impl_cuCtxDestroy(CUcontext ctx)
+{
+	return impl_cuCtxDestroy_v2(ctx);
+}
+
+static inline __attribute__((always_inline)) CUresult impl_cuCtxSetCurrent(CUcontext ctx)
+{
+	REQUIRE_INIT();
+	if (ctx && !valid_ctx(ctx))
+		return E_INVALID_CONTEXT;
+	if (!ctx) {
+		if (t_depth)
+			t_depth--;
+		return OK;
+	}
+	if (t_depth)
+		t_stack[t_depth - 1] = ctx;
+	else
+		t_stack[t_depth++] = ctx;
+	return OK;
+}
+
+static inline __attribute__((always_inline)) CUresult impl_cuCtxGetCurrent(CUcontext *pctx)
+{
+	REQUIRE_INIT();
+	if (!pctx)
+		return E_INVALID_VALUE;
+	*pctx = current();
+	return OK;
+}
+
+static inline __attribute__((always_inline)) CUresult impl_cuCtxPushCurrent_v2(CUcontext ctx)
+{
+	REQUIRE_INIT();
+	if (!valid_ctx(ctx))
+		return E_INVALID_CONTEXT;
+	if (t_depth == CTX_STACK)
+		return E_OUT_OF_MEMORY;
+	t_stack[t_depth++] = ctx;
+	return OK;
+}
+
+static inline __attribute__((always_inline)) CUresult impl_cuCtxPopCurrent_v2(CUcontext *pctx)
+{
+	REQUIRE_INIT();
+	if (!t_depth)
+		return E_INVALID_CONTEXT;
+	t_depth--;
+	if (pctx)
+		*pctx = t_stack[t_depth];
+	return OK;
+}
+
+static inline __attribute__((always_inline)) CUresult impl_cuCtxGetDevice(CUdevice *device)
+{
+	REQUIRE_CTX();
+	if (!device)
+		return E_INVALID_VALUE;
+	*device = current()->dev;
+	return OK;
+}
+
+static inline __attribute__((always_inline)) CUresult impl_cuCtxSynchronize(void)
+{
+	REQUIRE_CTX();
+	return OK;	/* nothing is ever in flight */
+}
+
+/* ---- memory ------------------------------------------------------------------------------------- */
+
+static CUresult map_alloc(void **p, size_t size)
+{
+	long pg = sysconf(_SC_PAGESIZE);
+	size_t n = (size + (size_t)pg - 1) & ~(size_t)(pg - 1);
+	void *m = mmap(NULL, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+
+	if (m == MAP_FAILED)
+		return E_OUT_OF_MEMORY;
+	*p = m;
+	return OK;
+}
+
+static inline __attribute__((always_inline)) CUresult impl_cuMemAlloc_v2(CUdeviceptr *dptr, size_t bytesize)
+{
+	void *m;
+	CUresult rc;
+
+	REQUIRE_CTX();
+	if (!dptr || !bytesize)
+		return E_INVALID_VALUE;
+	if ((rc = map_alloc(&m, bytesize)))
+		return rc;
+	pthread_mutex_lock(&g_lock);
+	if (!add_range((uintptr_t)m, bytesize, R_DEVICE, 0, current())) {
+		pthread_mutex_unlock(&g_lock);
+		munmap(m, bytesize);
+		return E_OUT_OF_MEMORY;
+	}
+	pthread_mutex_unlock(&g_lock);
+	*dptr = (CUdeviceptr)(uintptr_t)m;
+	return OK;
+}
+
+static inline __attribute__((always_inline)) CUresult impl_cuMemFree_v2(CUdeviceptr dptr)
+{
+	struct range *r;
+
+	REQUIRE_INIT();
+	if (!dptr)
+		return OK;
+	pthread_mutex_lock(&g_lock);
+	r = find_base((uintptr_t)dptr, R_DEVICE);
+	if (!r) {
+		pthread_mutex_unlock(&g_lock);
+		return E_INVALID_VALUE;
+	}
+	munmap((void *)r->map_base, r->map_size);
+	del_range(r);
+	pthread_mutex_unlock(&g_lock);
+	return OK;
+}
+
+static inline __attribute__((always_inline)) CUresult impl_cuMemGetInfo_v2(size_t *free_bytes, size_t *total)
+{
+	REQUIRE_CTX();
+	if (!free_bytes || !total)
+		return E_INVALID_VALUE;
+	*total = (size_t)143771 << 20;
+	*free_bytes = *total - ((size_t)512 << 20);
+	return OK;
+}
+
+static inline __attribute__((always_inline)) CUresult impl_cuMemGetAddressRange_v2(CUdeviceptr *pbase, size_t *psize, CUdeviceptr dptr)
+{
+	struct range *r;
+
+	REQUIRE_CTX();
+	pthread_mutex_lock(&g_lock);
+	r = find_range((uintptr_t)dptr);
+	if (!r || r->kind != R_DEVICE) {
+		pthread_mutex_unlock(&g_lock);
+		return E_NOT_FOUND;
+	}
+	if (pbase)
+		*pbase = r->base;
+	if (psize)
+		*psize = r->size;
+	pthread_mutex_unlock(&g_lock);
+	return OK;
+}
+
+static inline __attribute__((always_inline)) CUresult impl_cuMemHostAlloc(void **pp, size_t bytesize, unsigned int Flags)
+{
+	void *m;
+	CUresult rc;
+
+	REQUIRE_CTX();
+	if (!pp || !bytesize || (Flags & ~7u))
+		return E_INVALID_VALUE;
+	if ((rc = map_alloc(&m, bytesize)))
+		return rc;
+	pthread_mutex_lock(&g_lock);
+	add_range((uintptr_t)m, bytesize, R_HOST_ALLOC, Flags, current());
+	pthread_mutex_unlock(&g_lock);
+	*pp = m;
+	return OK;
+}
+
+static inline __attribute__((always_inline)) CUresult impl_cuMemAllocHost_v2(void **pp, size_t bytesize)
+{
+	return impl_cuMemHostAlloc(pp, bytesize, 0);
+}
+
+static inline __attribute__((always_inline)) CUresult impl_cuMemFreeHost(void *p)
+{
+	struct range *r;
+
+	REQUIRE_INIT();
+	pthread_mutex_lock(&g_lock);
+	r = find_base((uintptr_t)p, R_HOST_ALLOC);
+	if (!r) {
+		pthread_mutex_unlock(&g_lock);
+		return E_INVALID_VALUE;
+	}
+	munmap((void *)r->map_base, r->map_size);
+	del_range(r);
+	pthread_mutex_unlock(&g_lock);
+	return OK;
+}
+
+#define HOSTREGISTER_PORTABLE 0x01
+#define HOSTREGISTER_DEVICEMAP 0x02
+#define HOSTREGISTER_IOMEMORY 0x04
+#define HOSTREGISTER_READ_ONLY 0x08
+
+/* All memory here is ordinary memory; the driver accepts IOMEMORY only for I/O memory (a
+ * device BAR mapped by its driver) and answers CUDA_ERROR_INVALID_VALUE otherwise, which is
+ * what a program registering the emulated NIC's UAR page (shared memory) gets on an H200. */
+static inline __attribute__((always_inline)) CUresult impl_cuMemHostRegister_v2(void *p, size_t bytesize, unsigned int Flags)
+{
+	struct range *r;
+	uintptr_t lo, hi;
+	long pg = sysconf(_SC_PAGESIZE);
+
+	REQUIRE_CTX();
+	if (!p || !bytesize || (Flags & ~0xfu))
+		return E_INVALID_VALUE;
+	if (Flags & HOSTREGISTER_IOMEMORY)
+		return E_INVALID_VALUE;
+	lo = (uintptr_t)p & ~(uintptr_t)(pg - 1);
+	hi = ((uintptr_t)p + bytesize + pg - 1) & ~(uintptr_t)(pg - 1);
+	pthread_mutex_lock(&g_lock);
+	for (size_t i = 0; i < g_nranges; i++) {
+		struct range *o = &g_ranges[i];
+
+		if ((o->kind == R_HOST_REGISTERED || o->kind == R_HOST_ALLOC) &&
+		    lo < o->map_base + o->map_size && o->map_base < hi) {
+			pthread_mutex_unlock(&g_lock);
+			return E_HOST_MEMORY_ALREADY_REGISTERED;
+		}
+	}
+	r = add_range((uintptr_t)p, bytesize, R_HOST_REGISTERED, Flags, current());
+	pthread_mutex_unlock(&g_lock);
+	return r ? OK : E_OUT_OF_MEMORY;
+}
+
+static inline __attribute__((always_inline)) CUresult impl_cuMemHostRegister(void *p, size_t bytesize, unsigned int Flags)
+{
+	return impl_cuMemHostRegister_v2(p, bytesize, Flags);
+}
+
+static inline __attribute__((always_inline)) CUresult impl_cuMemHostUnregister(void *p)
+{
+	struct range *r;
+
+	REQUIRE_CTX();
+	pthread_mutex_lock(&g_lock);
+	r = find_base((uintptr_t)p, R_HOST_REGISTERED);
+	if (r)
+		del_range(r);
+	pthread_mutex_unlock(&g_lock);
+	return r ? OK : E_HOST_MEMORY_NOT_REGISTERED;
+}
+
+/* With unified addressing and CAN_USE_HOST_POINTER_FOR_REGISTERED_MEM (an H200 on x86-64),
+ * the device pointer of mapped host memory is its host address. */
+static inline __attribute__((always_inline)) CUresult impl_cuMemHostGetDevicePointer_v2(CUdeviceptr *pdptr, void *p, unsigned int Flags)
+{
+	struct range *r;
+
+	REQUIRE_CTX();
+	if (!pdptr || Flags)
+		return E_INVALID_VALUE;
+	pthread_mutex_lock(&g_lock);
+	r = find_range((uintptr_t)p);
+	if (!r || r->kind == R_DEVICE) {
+		pthread_mutex_unlock(&g_lock);
+		return E_INVALID_VALUE;
+	}
+	pthread_mutex_unlock(&g_lock);
+	*pdptr = (CUdeviceptr)(uintptr_t)p;
+	return OK;
+}
+
+/* The CUDA 3.0 form with a 32-bit device pointer: only addresses below 4 GiB fit. */
+static inline __attribute__((always_inline)) CUresult impl_cuMemHostGetDevicePointer(unsigned int *pdptr, void *p, unsigned int Flags)
+{
+	CUdeviceptr d;
+	CUresult rc;
+
+	if (!pdptr)
+		return E_INVALID_VALUE;
+	rc = impl_cuMemHostGetDevicePointer_v2(&d, p, Flags);
+	if (rc)
+		return rc;
+	if (d >> 32)
+		return E_INVALID_VALUE;
+	*pdptr = (unsigned int)d;
+	return OK;
+}
+
+static inline __attribute__((always_inline)) CUresult impl_cuMemHostGetFlags(unsigned int *pFlags, void *p)
+{
+	struct range *r;
+
+	REQUIRE_CTX();
+	if (!pFlags)
+		return E_INVALID_VALUE;
+	pthread_mutex_lock(&g_lock);
+	r = find_range((uintptr_t)p);
+	if (r && r->kind == R_HOST_ALLOC)
+		*pFlags = r->flags;
+	pthread_mutex_unlock(&g_lock);
+	return r && r->kind == R_HOST_ALLOC ? OK : E_INVALID_VALUE;
+}
+
+/* ---- pointer attributes -------------------------------------------------------------------------- */
+
+#define PA_CONTEXT 1
+#define PA_MEMORY_TYPE 2
+#define PA_DEVICE_POINTER 3
+#define PA_HOST_POINTER 4
+#define PA_SYNC_MEMOPS 6
+#define PA_BUFFER_ID 7
+#define PA_IS_MANAGED 8
+#define PA_DEVICE_ORDINAL 9
+#define PA_IS_LEGACY_CUDA_IPC_CAPABLE 10
+#define PA_RANGE_START_ADDR 11
+#define PA_RANGE_SIZE 12
+#define PA_MAPPED 13
+#define PA_ALLOWED_HANDLE_TYPES 14
+#define PA_IS_GPU_DIRECT_RDMA_CAPABLE 15
+#define PA_ACCESS_FLAGS 16
+#define PA_MEMPOOL_HANDLE 17
+#define PA_MAPPING_SIZE 18
+#define PA_MAPPING_BASE_ADDR 19
+#define PA_MEMORY_BLOCK_ID 20
+#define PA_IS_HW_DECOMPRESS_CAPABLE 21
+
+#define MEMORYTYPE_HOST 1
+#define MEMORYTYPE_DEVICE 2
+
+/* One attribute of a known range r (g_lock held).  Booleans are written as unsigned int. */
+static CUresult attr_of(const struct range *r, void *data, CUpointer_attribute a, uintptr_t p)
+{
+	int dev = r->ctx ? r->ctx->dev : 0;
+
+	switch (a) {
+	case PA_CONTEXT:
+		*(CUcontext *)data = r->ctx;
+		break;
+	case PA_MEMORY_TYPE:
+		*(unsigned *)data = r->kind == R_DEVICE ? MEMORYTYPE_DEVICE : MEMORYTYPE_HOST;
+		break;
+	case PA_DEVICE_POINTER:
+		*(CUdeviceptr *)data = p;
+		break;
+	case PA_HOST_POINTER:
+		if (r->kind == R_DEVICE)
+			return E_INVALID_VALUE;
+		*(void **)data = (void *)p;
+		break;
+	case PA_SYNC_MEMOPS:
+	case PA_IS_MANAGED:
+	case PA_IS_HW_DECOMPRESS_CAPABLE:
+		*(unsigned *)data = 0;
+		break;
+	case PA_BUFFER_ID:
+	case PA_MEMORY_BLOCK_ID:
+		*(unsigned long long *)data = r->id;
+		break;
+	case PA_DEVICE_ORDINAL:
+		*(int *)data = dev;
+		break;
+	case PA_IS_LEGACY_CUDA_IPC_CAPABLE:
+	case PA_IS_GPU_DIRECT_RDMA_CAPABLE:
+		*(unsigned *)data = r->kind == R_DEVICE;
+		break;
+	case PA_RANGE_START_ADDR:
+	case PA_MAPPING_BASE_ADDR:
+		*(void **)data = (void *)r->base;
+		break;
+	case PA_RANGE_SIZE:
+	case PA_MAPPING_SIZE:
+		*(size_t *)data = r->size;
+		break;
+	case PA_MAPPED:
+		*(unsigned *)data = 1;
+		break;
+	case PA_ALLOWED_HANDLE_TYPES:
+		*(unsigned long long *)data = 0;
+		break;
+	case PA_ACCESS_FLAGS:
+		*(unsigned *)data = (r->flags & HOSTREGISTER_READ_ONLY) ? 0x1 : 0x3;
+		break;
+	case PA_MEMPOOL_HANDLE:
+		*(void **)data = NULL;
+		break;
+	default:
+		return E_INVALID_VALUE;
+	}
+	return OK;
+}
+
+static inline __attribute__((always_inline)) CUresult impl_cuPointerGetAttribute(void *data, CUpointer_attribute attribute, CUdeviceptr ptr)
+{
+	struct range *r;
+	CUresult rc;
+
+	REQUIRE_INIT();
+	if (!data)
+		return E_INVALID_VALUE;
+	if (attribute == PA_DEVICE_POINTER && !valid_ctx(current()))
+		return E_INVALID_CONTEXT;
+	pthread_mutex_lock(&g_lock);
+	r = find_range((uintptr_t)ptr);
+	rc = r ? attr_of(r, data, attribute, (uintptr_t)ptr) : E_INVALID_VALUE;
+	pthread_mutex_unlock(&g_lock);
+	return rc;
+}
+
+/* Unlike cuPointerGetAttribute, a pointer the driver does not know gives default values
+ * (zero; DEVICE_ORDINAL -2) and CUDA_SUCCESS. */
+static inline __attribute__((always_inline)) CUresult impl_cuPointerGetAttributes(unsigned int numAttributes, CUpointer_attribute *attributes,
+		void **data, CUdeviceptr ptr)
+{
+	static const unsigned char size_of[22] = {
+		[PA_CONTEXT] = sizeof(void *), [PA_MEMORY_TYPE] = 4, [PA_DEVICE_POINTER] = 8,
+		[PA_HOST_POINTER] = sizeof(void *), [PA_SYNC_MEMOPS] = 4, [PA_BUFFER_ID] = 8,
+		[PA_IS_MANAGED] = 4, [PA_DEVICE_ORDINAL] = 4, [PA_IS_LEGACY_CUDA_IPC_CAPABLE] = 4,
+		[PA_RANGE_START_ADDR] = sizeof(void *), [PA_RANGE_SIZE] = sizeof(size_t),
+		[PA_MAPPED] = 4, [PA_ALLOWED_HANDLE_TYPES] = 8, [PA_IS_GPU_DIRECT_RDMA_CAPABLE] = 4,
+		[PA_ACCESS_FLAGS] = 4, [PA_MEMPOOL_HANDLE] = sizeof(void *), [PA_MAPPING_SIZE] = sizeof(size_t),
+		[PA_MAPPING_BASE_ADDR] = sizeof(void *), [PA_MEMORY_BLOCK_ID] = 8,
+		[PA_IS_HW_DECOMPRESS_CAPABLE] = 4,
+	};
+	struct range *r;
+
+	REQUIRE_INIT();
+	if (!numAttributes || !attributes || !data)
+		return E_INVALID_VALUE;
+	for (unsigned i = 0; i < numAttributes; i++)
+		if (attributes[i] >= 22 || !size_of[attributes[i]])
+			return E_INVALID_VALUE;
+	pthread_mutex_lock(&g_lock);
+	r = find_range((uintptr_t)ptr);
+	for (unsigned i = 0; i < numAttributes; i++) {
+		if (!data[i])
+			continue;
+		if (!r || attr_of(r, data[i], attributes[i], (uintptr_t)ptr)) {
+			memset(data[i], 0, size_of[attributes[i]]);
+			if (attributes[i] == PA_DEVICE_ORDINAL)
+				*(int *)data[i] = -2;
+		}
+	}
+	pthread_mutex_unlock(&g_lock);
+	return OK;
+}
+
+/* ---- copies and streams ----------------------------------------------------------------------- */
+
+enum { S_HTOD, S_DTOH, S_DTOD, S_HTOD_ASYNC, S_DTOH_ASYNC, S_DTOD_ASYNC, S_STREAM_SYNC, S_N };
+static const char *const stat_names[S_N] = {
+	"cuMemcpyHtoD", "cuMemcpyDtoH", "cuMemcpyDtoD", "cuMemcpyHtoDAsync", "cuMemcpyDtoHAsync",
+	"cuMemcpyDtoDAsync", "cuStreamSynchronize",
 };
-static CUresult i_GetErrorString(CUresult e, const char **s)
+static unsigned long g_stats[S_N];
+#define STAT(i) __atomic_fetch_add(&g_stats[i], 1, __ATOMIC_RELAXED)
+
+__attribute__((destructor)) static void print_stats(void)
 {
-    if (!s)
-        return CUDA_ERROR_INVALID_VALUE;
-    if (e >= 0 && e < 4)
-        *s = err_names[e][1];
-    else if (e == CUDA_ERROR_INVALID_CONTEXT)
-        *s = "invalid device context";
-    else if (e == CUDA_ERROR_INVALID_DEVICE)
-        *s = "invalid device ordinal";
-    else if (e == CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED)
-        *s = "part or all of the requested memory range is already mapped";
-    else if (e == CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED)
-        *s = "pointer does not correspond to a registered memory region";
-    else if (e == CUDA_ERROR_NOT_FOUND)
-        *s = "named symbol not found";
-    else
-        *s = "unknown error";
-    return CUDA_SUCCESS;
-}
-static CUresult i_GetErrorName(CUresult e, const char **s)
-{
-    if (!s)
-        return CUDA_ERROR_INVALID_VALUE;
-    *s = e >= 0 && e < 4 ? err_names[e][0] : "CUDA_ERROR_UNKNOWN";
-    return CUDA_SUCCESS;
+	const char *env = getenv("CUDASTUB_STATS");
+
+	if (!env || strcmp(env, "1"))
+		return;
+	for (int i = 0; i < S_N; i++)
+		fprintf(stderr, "cudastub: %s %lu\n", stat_names[i], g_stats[i]);
 }
 
-static CUresult i_GetProcAddress_v2(const char *symbol, void **pfn, int ver, uint64_t flags, int *status);
-static CUresult i_GetProcAddress(const char *symbol, void **pfn, int ver, uint64_t flags)
+static int valid_stream(CUstream s)
 {
-    return i_GetProcAddress_v2(symbol, pfn, ver, flags, NULL);
+	return !s || s == CU_STREAM_LEGACY || s == CU_STREAM_PER_THREAD || s->magic == STREAM_MAGIC;
 }
 
-/* cuGetProcAddress: name without version suffix -> the entry point of the ABI that `ver` asks
- * for (the _v2 forms from the CUDA version that introduced them). */
-static const struct {
-    const char *name;
-    int since; /* CUDA version of this ABI; an older request finds the next entry */
-    void *fn;
-} procs[] = {
-    {"cuInit", 0, (void *)i_Init},
-    {"cuDriverGetVersion", 0, (void *)i_DriverGetVersion},
-    {"cuDeviceGetCount", 0, (void *)i_DeviceGetCount},
-    {"cuDeviceGet", 0, (void *)i_DeviceGet},
-    {"cuDeviceGetName", 0, (void *)i_DeviceGetName},
-    {"cuDevicePrimaryCtxRetain", 0, (void *)i_DevicePrimaryCtxRetain},
-    {"cuDevicePrimaryCtxRelease", 11000, (void *)i_DevicePrimaryCtxRelease},
-    {"cuDevicePrimaryCtxRelease", 0, (void *)i_DevicePrimaryCtxRelease},
-    {"cuCtxSetCurrent", 0, (void *)i_CtxSetCurrent},
-    {"cuCtxGetCurrent", 0, (void *)i_CtxGetCurrent},
-    {"cuCtxGetDevice", 0, (void *)i_CtxGetDevice},
-    {"cuCtxSynchronize", 0, (void *)i_CtxSynchronize},
-    {"cuMemAlloc", 3020, (void *)i_MemAlloc},
-    {"cuMemFree", 3020, (void *)i_MemFree},
-    {"cuMemHostAlloc", 0, (void *)i_MemHostAlloc},
-    {"cuMemAllocHost", 3020, (void *)i_MemAllocHost},
-    {"cuMemFreeHost", 0, (void *)i_MemFreeHost},
-    {"cuMemHostRegister", 6050, (void *)i_MemHostRegister},
-    {"cuMemHostRegister", 0, (void *)i_MemHostRegister},
-    {"cuMemHostUnregister", 0, (void *)i_MemHostUnregister},
-    {"cuMemHostGetDevicePointer", 3020, (void *)i_MemHostGetDevicePointer},
-    {"cuMemHostGetDevicePointer", 0, (void *)i_MemHostGetDevicePointer_v1},
-    {"cuMemHostGetFlags", 0, (void *)i_MemHostGetFlags},
-    {"cuPointerGetAttribute", 0, (void *)i_PointerGetAttribute},
-    {"cuMemcpyHtoD", 3020, (void *)i_MemcpyHtoD},
-    {"cuMemcpyDtoH", 3020, (void *)i_MemcpyDtoH},
-    {"cuMemcpyDtoD", 3020, (void *)i_MemcpyDtoD},
-    {"cuMemcpyHtoDAsync", 3020, (void *)i_MemcpyHtoDAsync},
-    {"cuMemcpyDtoHAsync", 3020, (void *)i_MemcpyDtoHAsync},
-    {"cuMemsetD8", 3020, (void *)i_MemsetD8},
-    {"cuStreamCreate", 0, (void *)i_StreamCreate},
-    {"cuStreamDestroy", 4000, (void *)i_StreamDestroy},
-    {"cuStreamSynchronize", 0, (void *)i_StreamSynchronize},
-    {"cuGetErrorString", 0, (void *)i_GetErrorString},
-    {"cuGetErrorName", 0, (void *)i_GetErrorName},
-    {"cuGetProcAddress", 12000, (void *)i_GetProcAddress_v2},
-    {"cuGetProcAddress", 0, (void *)i_GetProcAddress},
+static inline __attribute__((always_inline)) CUresult htod(CUdeviceptr dst, const void *src, size_t n)
+{
+	REQUIRE_CTX();
+	if (!n)
+		return OK;
+	if (!src || !device_span_ok(dst, n))
+		return E_INVALID_VALUE;
+	memcpy((void *)(uintptr_t)dst, src, n);
+	return OK;
+}
+
+static inline __attribute__((always_inline)) CUresult dtoh(void *dst, CUdeviceptr src, size_t n)
+{
+	REQUIRE_CTX();
+	if (!n)
+		return OK;
+	if (!dst || !device_span_ok(src, n))
+		return E_INVALID_VALUE;
+	memcpy(dst, (const void *)(uintptr_t)src, n);
+	return OK;
+}
+
+static inline __attribute__((always_inline)) CUresult dtod(CUdeviceptr dst, CUdeviceptr src, size_t n)
+{
+	REQUIRE_CTX();
+	if (!n)
+		return OK;
+	if (!device_span_ok(dst, n) || !device_span_ok(src, n))
+		return E_INVALID_VALUE;
+	memmove((void *)(uintptr_t)dst, (const void *)(uintptr_t)src, n);
+	return OK;
+}
+
+static inline __attribute__((always_inline)) CUresult impl_cuMemcpyHtoD_v2(CUdeviceptr dstDevice, const void *srcHost, size_t ByteCount)
+{
+	STAT(S_HTOD);
+	return htod(dstDevice, srcHost, ByteCount);
+}
+
+static inline __attribute__((always_inline)) CUresult impl_cuMemcpyDtoH_v2(void *dstHost, CUdeviceptr srcDevice, size_t ByteCount)
+{
+	STAT(S_DTOH);
+	return dtoh(dstHost, srcDevice, ByteCount);
+}
+
+static inline __attribute__((always_inline)) CUresult impl_cuMemcpyDtoD_v2(CUdeviceptr dstDevice, CUdeviceptr srcDevice, size_t ByteCount)
+{
+	STAT(S_DTOD);
+	return dtod(dstDevice, srcDevice, ByteCount);
+}
+
+static inline __attribute__((always_inline)) CUresult impl_cuMemcpyHtoD_v2_ptds(CUdeviceptr dstDevice, const void *srcHost, size_t ByteCount)
+{
+	STAT(S_HTOD);
+	return htod(dstDevice, srcHost, ByteCount);
+}
+
+static inline __attribute__((always_inline)) CUresult impl_cuMemcpyDtoH_v2_ptds(void *dstHost, CUdeviceptr srcDevice, size_t ByteCount)
+{
+	STAT(S_DTOH);
+	return dtoh(dstHost, srcDevice, ByteCount);
+}
+
+static inline __attribute__((always_inline)) CUresult impl_cuMemcpyDtoD_v2_ptds(CUdeviceptr dstDevice, CUdeviceptr srcDevice, size_t ByteCount)
+{
+	STAT(S_DTOD);
+	return dtod(dstDevice, srcDevice, ByteCount);
+}
+
+static inline __attribute__((always_inline)) CUresult impl_cuMemcpyHtoDAsync_v2(CUdeviceptr dstDevice, const void *srcHost, size_t ByteCount,
+		CUstream hStream)
+{
+	STAT(S_HTOD_ASYNC);
+	if (!valid_stream(hStream))
+		return E_INVALID_HANDLE;
+	return htod(dstDevice, srcHost, ByteCount);
+}
+
+static inline __attribute__((always_inline)) CUresult impl_cuMemcpyDtoHAsync_v2(void *dstHost, CUdeviceptr srcDevice, size_t ByteCount,
+		CUstream hStream)
+{
+	STAT(S_DTOH_ASYNC);
+	if (!valid_stream(hStream))
+		return E_INVALID_HANDLE;
+	return dtoh(dstHost, srcDevice, ByteCount);
+}
+
+static inline __attribute__((always_inline)) CUresult impl_cuMemcpyDtoDAsync_v2(CUdeviceptr dstDevice, CUdeviceptr srcDevice, size_t ByteCount,
+		CUstream hStream)
+{
+	STAT(S_DTOD_ASYNC);
+	if (!valid_stream(hStream))
+		return E_INVALID_HANDLE;
+	return dtod(dstDevice, srcDevice, ByteCount);
+}
+
+static inline __attribute__((always_inline)) CUresult impl_cuMemcpyHtoDAsync_v2_ptsz(CUdeviceptr dstDevice, const void *srcHost,
+		size_t ByteCount, CUstream hStream)
+{
+	return impl_cuMemcpyHtoDAsync_v2(dstDevice, srcHost, ByteCount, hStream);
+}
+
+static inline __attribute__((always_inline)) CUresult impl_cuMemcpyDtoHAsync_v2_ptsz(void *dstHost, CUdeviceptr srcDevice, size_t ByteCount,
+		CUstream hStream)
+{
+	return impl_cuMemcpyDtoHAsync_v2(dstHost, srcDevice, ByteCount, hStream);
+}
+
+static inline __attribute__((always_inline)) CUresult impl_cuMemcpyDtoDAsync_v2_ptsz(CUdeviceptr dstDevice, CUdeviceptr srcDevice,
+		size_t ByteCount, CUstream hStream)
+{
+	return impl_cuMemcpyDtoDAsync_v2(dstDevice, srcDevice, ByteCount, hStream);
+}
+
+static inline __attribute__((always_inline)) CUresult impl_cuMemsetD8_v2(CUdeviceptr dstDevice, unsigned char uc, size_t N)
+{
+	REQUIRE_CTX();
+	if (!N)
+		return OK;
+	if (!device_span_ok(dstDevice, N))
+		return E_INVALID_VALUE;
+	memset((void *)(uintptr_t)dstDevice, uc, N);
+	return OK;
+}
+
+static inline __attribute__((always_inline)) CUresult impl_cuMemsetD8_v2_ptds(CUdeviceptr dstDevice, unsigned char uc, size_t N)
+{
+	return impl_cuMemsetD8_v2(dstDevice, uc, N);
+}
+
+static inline __attribute__((always_inline)) CUresult impl_cuMemsetD32_v2(CUdeviceptr dstDevice, unsigned int ui, size_t N)
+{
+	REQUIRE_CTX();
+	if (!N)
+		return OK;
+	if ((dstDevice & 3) || !device_span_ok(dstDevice, N * 4))
+		return E_INVALID_VALUE;
+	for (size_t i = 0; i < N; i++)
+		((uint32_t *)(uintptr_t)dstDevice)[i] = ui;
+	return OK;
+}
+
+static inline __attribute__((always_inline)) CUresult impl_cuMemsetD32_v2_ptds(CUdeviceptr dstDevice, unsigned int ui, size_t N)
+{
+	return impl_cuMemsetD32_v2(dstDevice, ui, N);
+}
+
+static inline __attribute__((always_inline)) CUresult impl_cuStreamCreate(CUstream *phStream, unsigned int Flags)
+{
+	CUstream s;
+
+	REQUIRE_CTX();
+	if (!phStream || Flags > 1)
+		return E_INVALID_VALUE;
+	s = calloc(1, sizeof(*s));
+	if (!s)
+		return E_OUT_OF_MEMORY;
+	s->magic = STREAM_MAGIC;
+	s->flags = Flags;
+	s->ctx = current();
+	*phStream = s;
+	return OK;
+}
+
+static inline __attribute__((always_inline)) CUresult impl_cuStreamSynchronize(CUstream hStream)
+{
+	STAT(S_STREAM_SYNC);
+	REQUIRE_CTX();
+	return valid_stream(hStream) ? OK : E_INVALID_HANDLE;
+}
+
+static inline __attribute__((always_inline)) CUresult impl_cuStreamSynchronize_ptsz(CUstream hStream)
+{
+	return impl_cuStreamSynchronize(hStream);
+}
+
+static inline __attribute__((always_inline)) CUresult impl_cuStreamQuery(CUstream hStream)
+{
+	REQUIRE_CTX();
+	return valid_stream(hStream) ? OK : E_INVALID_HANDLE;
+}
+
+static inline __attribute__((always_inline)) CUresult impl_cuStreamQuery_ptsz(CUstream hStream)
+{
+	return impl_cuStreamQuery(hStream);
+}
+
+static inline __attribute__((always_inline)) CUresult impl_cuStreamDestroy_v2(CUstream hStream)
+{
+	REQUIRE_INIT();
+	if (!hStream || hStream == CU_STREAM_LEGACY || hStream == CU_STREAM_PER_THREAD ||
+	    hStream->magic != STREAM_MAGIC)
+		return E_INVALID_HANDLE;
+	hStream->magic = 0;
+	free(hStream);
+	return OK;
+}
+
+static inline __attribute__((always_inline)) CUresult impl_cuStreamDestroy(CUstream hStream)
+{
+	return impl_cuStreamDestroy_v2(hStream);
+}
+
+/* ---- errors ------------------------------------------------------------------------------------ */
+
+static const struct cs_error *error_of(CUresult e)
+{
+	for (size_t i = 0; i < sizeof(cs_errors) / sizeof(cs_errors[0]); i++)
+		if (cs_errors[i].code == (int)e)
+			return &cs_errors[i];
+	return NULL;
+}
+
+static inline __attribute__((always_inline)) CUresult impl_cuGetErrorString(CUresult error, const char **pStr)
+{
+	const struct cs_error *e = error_of(error);
+
+	if (!pStr)
+		return E_INVALID_VALUE;
+	*pStr = e ? e->text : NULL;
+	return e ? OK : E_INVALID_VALUE;
+}
+
+static inline __attribute__((always_inline)) CUresult impl_cuGetErrorName(CUresult error, const char **pStr)
+{
+	const struct cs_error *e = error_of(error);
+
+	if (!pStr)
+		return E_INVALID_VALUE;
+	*pStr = e ? e->name : NULL;
+	return e ? OK : E_INVALID_VALUE;
+}
+
+/* ---- cuGetProcAddress ------------------------------------------------------------------------- */
+
+/* As in the real driver, cuGetProcAddress hands out internal entry points, not the exported
+ * symbols: a tool that hooks exports must also handle what it returns.  Rows map a base name
+ * to the implementation of the ABI that a CUDA version asks for; the first row whose `since`
+ * the requested version reaches wins, and `ptds` is the per-thread-default-stream flavour
+ * (CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM). */
+static inline __attribute__((always_inline)) CUresult impl_cuGetProcAddress_v2(const char *symbol, void **pfn, int cudaVersion, cuuint64_t flags,
+		CUdriverProcAddressQueryResult *symbolStatus);
+static inline __attribute__((always_inline)) CUresult impl_cuGetProcAddress(const char *symbol, void **pfn, int cudaVersion, cuuint64_t flags);
+
+struct proc {
+	const char *name;
+	int since;
+	void *fn;
+	void *ptds;
 };
 
-static CUresult i_GetProcAddress_v2(const char *symbol, void **pfn, int ver, uint64_t flags, int *status)
+#define R(name, since, impl) {name, since, (void *)impl_##impl, NULL}
+#define RS(name, since, impl, ptds) {name, since, (void *)impl_##impl, (void *)impl_##ptds}
+
+static const struct proc g_procs[] = {
+	R("cuInit", 2000, cuInit),
+	R("cuDriverGetVersion", 2020, cuDriverGetVersion),
+	R("cuDeviceGet", 2000, cuDeviceGet),
+	R("cuDeviceGetCount", 2000, cuDeviceGetCount),
+	R("cuDeviceGetName", 2000, cuDeviceGetName),
+	R("cuDeviceGetAttribute", 2000, cuDeviceGetAttribute),
+	R("cuDeviceGetPCIBusId", 4010, cuDeviceGetPCIBusId),
+	R("cuDeviceTotalMem", 3020, cuDeviceTotalMem_v2),
+	R("cuDevicePrimaryCtxRetain", 7000, cuDevicePrimaryCtxRetain),
+	R("cuDevicePrimaryCtxRelease", 11000, cuDevicePrimaryCtxRelease_v2),
+	R("cuDevicePrimaryCtxRelease", 7000, cuDevicePrimaryCtxRelease),
+	R("cuDevicePrimaryCtxSetFlags", 11000, cuDevicePrimaryCtxSetFlags_v2),
+	R("cuDevicePrimaryCtxGetState", 7000, cuDevicePrimaryCtxGetState),
+	R("cuCtxCreate", 12050, cuCtxCreate_v4),
+	R("cuCtxCreate", 11040, cuCtxCreate_v3),
+	R("cuCtxCreate", 3020, cuCtxCreate_v2),
+	R("cuCtxCreate", 2000, cuCtxCreate),
+	R("cuCtxDestroy", 4000, cuCtxDestroy_v2),
+	R("cuCtxDestroy", 2000, cuCtxDestroy),
+	R("cuCtxSetCurrent", 4000, cuCtxSetCurrent),
+	R("cuCtxGetCurrent", 4000, cuCtxGetCurrent),
+	R("cuCtxPushCurrent", 4000, cuCtxPushCurrent_v2),
+	R("cuCtxPopCurrent", 4000, cuCtxPopCurrent_v2),
+	R("cuCtxGetDevice", 2000, cuCtxGetDevice),
+	R("cuCtxSynchronize", 2000, cuCtxSynchronize),
+	R("cuMemAlloc", 3020, cuMemAlloc_v2),
+	R("cuMemFree", 3020, cuMemFree_v2),
+	R("cuMemGetInfo", 3020, cuMemGetInfo_v2),
+	R("cuMemGetAddressRange", 3020, cuMemGetAddressRange_v2),
+	R("cuMemHostAlloc", 2020, cuMemHostAlloc),
+	R("cuMemAllocHost", 3020, cuMemAllocHost_v2),
+	R("cuMemFreeHost", 2000, cuMemFreeHost),
+	R("cuMemHostRegister", 6050, cuMemHostRegister_v2),
+	R("cuMemHostRegister", 4000, cuMemHostRegister),
+	R("cuMemHostUnregister", 4000, cuMemHostUnregister),
+	R("cuMemHostGetDevicePointer", 3020, cuMemHostGetDevicePointer_v2),
+	R("cuMemHostGetDevicePointer", 2020, cuMemHostGetDevicePointer),
+	R("cuMemHostGetFlags", 2030, cuMemHostGetFlags),
+	R("cuPointerGetAttribute", 4000, cuPointerGetAttribute),
+	R("cuPointerGetAttributes", 7000, cuPointerGetAttributes),
+	RS("cuMemcpyHtoD", 3020, cuMemcpyHtoD_v2, cuMemcpyHtoD_v2_ptds),
+	RS("cuMemcpyDtoH", 3020, cuMemcpyDtoH_v2, cuMemcpyDtoH_v2_ptds),
+	RS("cuMemcpyDtoD", 3020, cuMemcpyDtoD_v2, cuMemcpyDtoD_v2_ptds),
+	RS("cuMemcpyHtoDAsync", 3020, cuMemcpyHtoDAsync_v2, cuMemcpyHtoDAsync_v2_ptsz),
+	RS("cuMemcpyDtoHAsync", 3020, cuMemcpyDtoHAsync_v2, cuMemcpyDtoHAsync_v2_ptsz),
+	RS("cuMemcpyDtoDAsync", 3020, cuMemcpyDtoDAsync_v2, cuMemcpyDtoDAsync_v2_ptsz),
+	RS("cuMemsetD8", 3020, cuMemsetD8_v2, cuMemsetD8_v2_ptds),
+	RS("cuMemsetD32", 3020, cuMemsetD32_v2, cuMemsetD32_v2_ptds),
+	R("cuStreamCreate", 2000, cuStreamCreate),
+	RS("cuStreamSynchronize", 2000, cuStreamSynchronize, cuStreamSynchronize_ptsz),
+	RS("cuStreamQuery", 2000, cuStreamQuery, cuStreamQuery_ptsz),
+	R("cuStreamDestroy", 4000, cuStreamDestroy_v2),
+	R("cuStreamDestroy", 2000, cuStreamDestroy),
+	R("cuGetErrorString", 6000, cuGetErrorString),
+	R("cuGetErrorName", 6000, cuGetErrorName),
+	R("cuGetProcAddress", 12000, cuGetProcAddress_v2),
+	R("cuGetProcAddress", 11030, cuGetProcAddress),
+};
+
+#define PROC_PER_THREAD_DEFAULT_STREAM 2
+
+static inline __attribute__((always_inline)) CUresult impl_cuGetProcAddress_v2(const char *symbol, void **pfn, int cudaVersion, cuuint64_t flags,
+		CUdriverProcAddressQueryResult *symbolStatus)
 {
-    (void)flags;
-    if (!symbol || !pfn)
-        return CUDA_ERROR_INVALID_VALUE;
-    for (size_t i = 0; i < sizeof(procs) / sizeof(procs[0]); i++)
-        if (!strcmp(procs[i].name, symbol) && ver >= procs[i].since) {
-            *pfn = procs[i].fn;
-            if (status)
-                *status = CU_GET_PROC_ADDRESS_SUCCESS;
-            return CUDA_SUCCESS;
-        }
-    *pfn = NULL;
-    if (status)
-        *status = CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND;
-    return CUDA_ERROR_NOT_FOUND;
+	int known = 0;
+
+	if (!symbol || !pfn || cudaVersion <= 0 || flags > 2)
+		return E_INVALID_VALUE;
+	*pfn = NULL;
+	for (size_t i = 0; i < sizeof(g_procs) / sizeof(g_procs[0]); i++) {
+		const struct proc *p = &g_procs[i];
+
+		if (strcmp(p->name, symbol))
+			continue;
+		known = 1;
+		if (cudaVersion < p->since)
+			continue;
+		*pfn = p->ptds && flags == PROC_PER_THREAD_DEFAULT_STREAM ? p->ptds : p->fn;
+		if (symbolStatus)
+			*symbolStatus = 0;	/* CU_GET_PROC_ADDRESS_SUCCESS */
+		return OK;
+	}
+	if (symbolStatus)	/* VERSION_NOT_SUFFICIENT, SYMBOL_NOT_FOUND */
+		*symbolStatus = known ? 2 : 1;
+	return E_NOT_FOUND;
 }
 
-/* ---- exported symbols (what dlsym and the linker find) ----------------------------------------- */
+static inline __attribute__((always_inline)) CUresult impl_cuGetProcAddress(const char *symbol, void **pfn, int cudaVersion, cuuint64_t flags)
+{
+	return impl_cuGetProcAddress_v2(symbol, pfn, cudaVersion, flags, NULL);
+}
 
-#define E(ret, name, params, args) EXPORT ret name params { return i_##args; }
-E(CUresult, cuInit, (unsigned f), Init(f))
-E(CUresult, cuDriverGetVersion, (int *v), DriverGetVersion(v))
-E(CUresult, cuDeviceGetCount, (int *n), DeviceGetCount(n))
-E(CUresult, cuDeviceGet, (CUdevice *d, int o), DeviceGet(d, o))
-E(CUresult, cuDeviceGetName, (char *s, int n, CUdevice d), DeviceGetName(s, n, d))
-E(CUresult, cuDevicePrimaryCtxRetain, (CUcontext *c, CUdevice d), DevicePrimaryCtxRetain(c, d))
-E(CUresult, cuDevicePrimaryCtxRelease, (CUdevice d), DevicePrimaryCtxRelease(d))
-E(CUresult, cuDevicePrimaryCtxRelease_v2, (CUdevice d), DevicePrimaryCtxRelease(d))
-E(CUresult, cuCtxSetCurrent, (CUcontext c), CtxSetCurrent(c))
-E(CUresult, cuCtxGetCurrent, (CUcontext *c), CtxGetCurrent(c))
-E(CUresult, cuCtxGetDevice, (CUdevice *d), CtxGetDevice(d))
-E(CUresult, cuCtxSynchronize, (void), CtxSynchronize())
-E(CUresult, cuMemAlloc_v2, (CUdeviceptr *d, size_t n), MemAlloc(d, n))
-E(CUresult, cuMemFree_v2, (CUdeviceptr d), MemFree(d))
-E(CUresult, cuMemHostAlloc, (void **p, size_t n, unsigned f), MemHostAlloc(p, n, f))
-E(CUresult, cuMemAllocHost_v2, (void **p, size_t n), MemAllocHost(p, n))
-E(CUresult, cuMemFreeHost, (void *p), MemFreeHost(p))
-E(CUresult, cuMemHostRegister, (void *p, size_t n, unsigned f), MemHostRegister(p, n, f))
-E(CUresult, cuMemHostRegister_v2, (void *p, size_t n, unsigned f), MemHostRegister(p, n, f))
-E(CUresult, cuMemHostUnregister, (void *p), MemHostUnregister(p))
-E(CUresult, cuMemHostGetDevicePointer, (uint32_t *d, void *p, unsigned f), MemHostGetDevicePointer_v1(d, p, f))
-E(CUresult, cuMemHostGetDevicePointer_v2, (CUdeviceptr *d, void *p, unsigned f), MemHostGetDevicePointer(d, p, f))
-E(CUresult, cuMemHostGetFlags, (unsigned *f, void *p), MemHostGetFlags(f, p))
-E(CUresult, cuPointerGetAttribute, (void *d, int a, CUdeviceptr p), PointerGetAttribute(d, a, p))
-E(CUresult, cuMemcpyHtoD_v2, (CUdeviceptr d, const void *s, size_t n), MemcpyHtoD(d, s, n))
-E(CUresult, cuMemcpyDtoH_v2, (void *d, CUdeviceptr s, size_t n), MemcpyDtoH(d, s, n))
-E(CUresult, cuMemcpyDtoD_v2, (CUdeviceptr d, CUdeviceptr s, size_t n), MemcpyDtoD(d, s, n))
-E(CUresult, cuMemcpyHtoDAsync_v2, (CUdeviceptr d, const void *s, size_t n, CUstream st), MemcpyHtoDAsync(d, s, n, st))
-E(CUresult, cuMemcpyDtoHAsync_v2, (void *d, CUdeviceptr s, size_t n, CUstream st), MemcpyDtoHAsync(d, s, n, st))
-E(CUresult, cuMemsetD8_v2, (CUdeviceptr d, unsigned char v, size_t n), MemsetD8(d, v, n))
-E(CUresult, cuStreamCreate, (CUstream *s, unsigned f), StreamCreate(s, f))
-E(CUresult, cuStreamDestroy_v2, (CUstream s), StreamDestroy(s))
-E(CUresult, cuStreamSynchronize, (CUstream s), StreamSynchronize(s))
-E(CUresult, cuGetErrorString, (CUresult e, const char **s), GetErrorString(e, s))
-E(CUresult, cuGetErrorName, (CUresult e, const char **s), GetErrorName(e, s))
-E(CUresult, cuGetProcAddress, (const char *s, void **p, int v, uint64_t f), GetProcAddress(s, p, v, f))
-E(CUresult, cuGetProcAddress_v2, (const char *s, void **p, int v, uint64_t f, int *st), GetProcAddress_v2(s, p, v, f, st))
+/* ---- the exported symbols: what dlsym and the linker find ------------------------------------------ */
+
+EXPORT CUresult CUDAAPI cuInit(unsigned int Flags)
+{
+	return impl_cuInit(Flags);
+}
+
+EXPORT CUresult CUDAAPI cuDriverGetVersion(int *driverVersion)
+{
+	return impl_cuDriverGetVersion(driverVersion);
+}
+
+EXPORT CUresult CUDAAPI cuDeviceGetCount(int *count)
+{
+	return impl_cuDeviceGetCount(count);
+}
+
+EXPORT CUresult CUDAAPI cuDeviceGet(CUdevice *device, int ordinal)
+{
+	return impl_cuDeviceGet(device, ordinal);
+}
+
+EXPORT CUresult CUDAAPI cuDeviceGetName(char *name, int len, CUdevice dev)
+{
+	return impl_cuDeviceGetName(name, len, dev);
+}
+
+EXPORT CUresult CUDAAPI cuDeviceTotalMem_v2(size_t *bytes, CUdevice dev)
+{
+	return impl_cuDeviceTotalMem_v2(bytes, dev);
+}
+
+EXPORT CUresult CUDAAPI cuDeviceGetPCIBusId(char *pciBusId, int len, CUdevice dev)
+{
+	return impl_cuDeviceGetPCIBusId(pciBusId, len, dev);
+}
+
+EXPORT CUresult CUDAAPI cuDeviceGetAttribute(int *pi, CUdevice_attribute attrib, CUdevice dev)
+{
+	return impl_cuDeviceGetAttribute(pi, attrib, dev);
+}
+
+EXPORT CUresult CUDAAPI cuDevicePrimaryCtxRetain(CUcontext *pctx, CUdevice dev)
+{
+	return impl_cuDevicePrimaryCtxRetain(pctx, dev);
+}
+
+EXPORT CUresult CUDAAPI cuDevicePrimaryCtxRelease_v2(CUdevice dev)
+{
+	return impl_cuDevicePrimaryCtxRelease_v2(dev);
+}
+
+EXPORT CUresult CUDAAPI cuDevicePrimaryCtxRelease(CUdevice dev)
+{
+	return impl_cuDevicePrimaryCtxRelease(dev);
+}
+
+EXPORT CUresult CUDAAPI cuDevicePrimaryCtxGetState(CUdevice dev, unsigned int *flags, int *active)
+{
+	return impl_cuDevicePrimaryCtxGetState(dev, flags, active);
+}
+
+EXPORT CUresult CUDAAPI cuDevicePrimaryCtxSetFlags_v2(CUdevice dev, unsigned int flags)
+{
+	return impl_cuDevicePrimaryCtxSetFlags_v2(dev, flags);
+}
+
+EXPORT CUresult CUDAAPI cuCtxCreate_v2(CUcontext *pctx, unsigned int flags, CUdevice dev)
+{
+	return impl_cuCtxCreate_v2(pctx, flags, dev);
+}
+
+EXPORT CUresult CUDAAPI cuCtxCreate(CUcontext *pctx, unsigned int flags, CUdevice dev)
+{
+	return impl_cuCtxCreate(pctx, flags, dev);
+}
+
+EXPORT CUresult CUDAAPI cuCtxCreate_v3(CUcontext *pctx, CUexecAffinityParam *paramsArray, int numParams, unsigned int flags, CUdevice dev)
+{
+	return impl_cuCtxCreate_v3(pctx, paramsArray, numParams, flags, dev);
+}
+
+EXPORT CUresult CUDAAPI cuCtxCreate_v4(CUcontext *pctx, CUctxCreateParams *ctxCreateParams, unsigned int flags, CUdevice dev)
+{
+	return impl_cuCtxCreate_v4(pctx, ctxCreateParams, flags, dev);
+}
+
+EXPORT CUresult CUDAAPI cuCtxDestroy_v2(CUcontext ctx)
+{
+	return impl_cuCtxDestroy_v2(ctx);
+}
+
+EXPORT CUresult CUDAAPI cuCtxDestroy(CUcontext ctx)
+{
+	return impl_cuCtxDestroy(ctx);
+}
+
+EXPORT CUresult CUDAAPI cuCtxSetCurrent(CUcontext ctx)
+{
+	return impl_cuCtxSetCurrent(ctx);
+}
+
+EXPORT CUresult CUDAAPI cuCtxGetCurrent(CUcontext *pctx)
+{
+	return impl_cuCtxGetCurrent(pctx);
+}
+
+EXPORT CUresult CUDAAPI cuCtxPushCurrent_v2(CUcontext ctx)
+{
+	return impl_cuCtxPushCurrent_v2(ctx);
+}
+
+EXPORT CUresult CUDAAPI cuCtxPopCurrent_v2(CUcontext *pctx)
+{
+	return impl_cuCtxPopCurrent_v2(pctx);
+}
+
+EXPORT CUresult CUDAAPI cuCtxGetDevice(CUdevice *device)
+{
+	return impl_cuCtxGetDevice(device);
+}
+
+EXPORT CUresult CUDAAPI cuCtxSynchronize(void)
+{
+	return impl_cuCtxSynchronize();
+}
+
+EXPORT CUresult CUDAAPI cuMemAlloc_v2(CUdeviceptr *dptr, size_t bytesize)
+{
+	return impl_cuMemAlloc_v2(dptr, bytesize);
+}
+
+EXPORT CUresult CUDAAPI cuMemFree_v2(CUdeviceptr dptr)
+{
+	return impl_cuMemFree_v2(dptr);
+}
+
+EXPORT CUresult CUDAAPI cuMemGetInfo_v2(size_t *free_bytes, size_t *total)
+{
+	return impl_cuMemGetInfo_v2(free_bytes, total);
+}
+
+EXPORT CUresult CUDAAPI cuMemGetAddressRange_v2(CUdeviceptr *pbase, size_t *psize, CUdeviceptr dptr)
+{
+	return impl_cuMemGetAddressRange_v2(pbase, psize, dptr);
+}
+
+EXPORT CUresult CUDAAPI cuMemHostAlloc(void **pp, size_t bytesize, unsigned int Flags)
+{
+	return impl_cuMemHostAlloc(pp, bytesize, Flags);
+}
+
+EXPORT CUresult CUDAAPI cuMemAllocHost_v2(void **pp, size_t bytesize)
+{
+	return impl_cuMemAllocHost_v2(pp, bytesize);
+}
+
+EXPORT CUresult CUDAAPI cuMemFreeHost(void *p)
+{
+	return impl_cuMemFreeHost(p);
+}
+
+EXPORT CUresult CUDAAPI cuMemHostRegister_v2(void *p, size_t bytesize, unsigned int Flags)
+{
+	return impl_cuMemHostRegister_v2(p, bytesize, Flags);
+}
+
+EXPORT CUresult CUDAAPI cuMemHostRegister(void *p, size_t bytesize, unsigned int Flags)
+{
+	return impl_cuMemHostRegister(p, bytesize, Flags);
+}
+
+EXPORT CUresult CUDAAPI cuMemHostUnregister(void *p)
+{
+	return impl_cuMemHostUnregister(p);
+}
+
+EXPORT CUresult CUDAAPI cuMemHostGetDevicePointer_v2(CUdeviceptr *pdptr, void *p, unsigned int Flags)
+{
+	return impl_cuMemHostGetDevicePointer_v2(pdptr, p, Flags);
+}
+
+EXPORT CUresult CUDAAPI cuMemHostGetDevicePointer(unsigned int *pdptr, void *p, unsigned int Flags)
+{
+	return impl_cuMemHostGetDevicePointer(pdptr, p, Flags);
+}
+
+EXPORT CUresult CUDAAPI cuMemHostGetFlags(unsigned int *pFlags, void *p)
+{
+	return impl_cuMemHostGetFlags(pFlags, p);
+}
+
+EXPORT CUresult CUDAAPI cuPointerGetAttribute(void *data, CUpointer_attribute attribute, CUdeviceptr ptr)
+{
+	return impl_cuPointerGetAttribute(data, attribute, ptr);
+}
+
+EXPORT CUresult CUDAAPI cuPointerGetAttributes(unsigned int numAttributes, CUpointer_attribute *attributes, void **data, CUdeviceptr ptr)
+{
+	return impl_cuPointerGetAttributes(numAttributes, attributes, data, ptr);
+}
+
+EXPORT CUresult CUDAAPI cuMemcpyHtoD_v2(CUdeviceptr dstDevice, const void *srcHost, size_t ByteCount)
+{
+	return impl_cuMemcpyHtoD_v2(dstDevice, srcHost, ByteCount);
+}
+
+EXPORT CUresult CUDAAPI cuMemcpyDtoH_v2(void *dstHost, CUdeviceptr srcDevice, size_t ByteCount)
+{
+	return impl_cuMemcpyDtoH_v2(dstHost, srcDevice, ByteCount);
+}
+
+EXPORT CUresult CUDAAPI cuMemcpyDtoD_v2(CUdeviceptr dstDevice, CUdeviceptr srcDevice, size_t ByteCount)
+{
+	return impl_cuMemcpyDtoD_v2(dstDevice, srcDevice, ByteCount);
+}
+
+EXPORT CUresult CUDAAPI cuMemcpyHtoD_v2_ptds(CUdeviceptr dstDevice, const void *srcHost, size_t ByteCount)
+{
+	return impl_cuMemcpyHtoD_v2_ptds(dstDevice, srcHost, ByteCount);
+}
+
+EXPORT CUresult CUDAAPI cuMemcpyDtoH_v2_ptds(void *dstHost, CUdeviceptr srcDevice, size_t ByteCount)
+{
+	return impl_cuMemcpyDtoH_v2_ptds(dstHost, srcDevice, ByteCount);
+}
+
+EXPORT CUresult CUDAAPI cuMemcpyDtoD_v2_ptds(CUdeviceptr dstDevice, CUdeviceptr srcDevice, size_t ByteCount)
+{
+	return impl_cuMemcpyDtoD_v2_ptds(dstDevice, srcDevice, ByteCount);
+}
+
+EXPORT CUresult CUDAAPI cuMemcpyHtoDAsync_v2(CUdeviceptr dstDevice, const void *srcHost, size_t ByteCount, CUstream hStream)
+{
+	return impl_cuMemcpyHtoDAsync_v2(dstDevice, srcHost, ByteCount, hStream);
+}
+
+EXPORT CUresult CUDAAPI cuMemcpyDtoHAsync_v2(void *dstHost, CUdeviceptr srcDevice, size_t ByteCount, CUstream hStream)
+{
+	return impl_cuMemcpyDtoHAsync_v2(dstHost, srcDevice, ByteCount, hStream);
+}
+
+EXPORT CUresult CUDAAPI cuMemcpyDtoDAsync_v2(CUdeviceptr dstDevice, CUdeviceptr srcDevice, size_t ByteCount, CUstream hStream)
+{
+	return impl_cuMemcpyDtoDAsync_v2(dstDevice, srcDevice, ByteCount, hStream);
+}
+
+EXPORT CUresult CUDAAPI cuMemcpyHtoDAsync_v2_ptsz(CUdeviceptr dstDevice, const void *srcHost, size_t ByteCount, CUstream hStream)
+{
+	return impl_cuMemcpyHtoDAsync_v2_ptsz(dstDevice, srcHost, ByteCount, hStream);
+}
+
+EXPORT CUresult CUDAAPI cuMemcpyDtoHAsync_v2_ptsz(void *dstHost, CUdeviceptr srcDevice, size_t ByteCount, CUstream hStream)
+{
+	return impl_cuMemcpyDtoHAsync_v2_ptsz(dstHost, srcDevice, ByteCount, hStream);
+}
+
+EXPORT CUresult CUDAAPI cuMemcpyDtoDAsync_v2_ptsz(CUdeviceptr dstDevice, CUdeviceptr srcDevice, size_t ByteCount, CUstream hStream)
+{
+	return impl_cuMemcpyDtoDAsync_v2_ptsz(dstDevice, srcDevice, ByteCount, hStream);
+}
+
+EXPORT CUresult CUDAAPI cuMemsetD8_v2(CUdeviceptr dstDevice, unsigned char uc, size_t N)
+{
+	return impl_cuMemsetD8_v2(dstDevice, uc, N);
+}
+
+EXPORT CUresult CUDAAPI cuMemsetD8_v2_ptds(CUdeviceptr dstDevice, unsigned char uc, size_t N)
+{
+	return impl_cuMemsetD8_v2_ptds(dstDevice, uc, N);
+}
+
+EXPORT CUresult CUDAAPI cuMemsetD32_v2(CUdeviceptr dstDevice, unsigned int ui, size_t N)
+{
+	return impl_cuMemsetD32_v2(dstDevice, ui, N);
+}
+
+EXPORT CUresult CUDAAPI cuMemsetD32_v2_ptds(CUdeviceptr dstDevice, unsigned int ui, size_t N)
+{
+	return impl_cuMemsetD32_v2_ptds(dstDevice, ui, N);
+}
+
+EXPORT CUresult CUDAAPI cuStreamCreate(CUstream *phStream, unsigned int Flags)
+{
+	return impl_cuStreamCreate(phStream, Flags);
+}
+
+EXPORT CUresult CUDAAPI cuStreamSynchronize(CUstream hStream)
+{
+	return impl_cuStreamSynchronize(hStream);
+}
+
+EXPORT CUresult CUDAAPI cuStreamSynchronize_ptsz(CUstream hStream)
+{
+	return impl_cuStreamSynchronize_ptsz(hStream);
+}
+
+EXPORT CUresult CUDAAPI cuStreamQuery(CUstream hStream)
+{
+	return impl_cuStreamQuery(hStream);
+}
+
+EXPORT CUresult CUDAAPI cuStreamQuery_ptsz(CUstream hStream)
+{
+	return impl_cuStreamQuery_ptsz(hStream);
+}
+
+EXPORT CUresult CUDAAPI cuStreamDestroy_v2(CUstream hStream)
+{
+	return impl_cuStreamDestroy_v2(hStream);
+}
+
+EXPORT CUresult CUDAAPI cuStreamDestroy(CUstream hStream)
+{
+	return impl_cuStreamDestroy(hStream);
+}
+
+EXPORT CUresult CUDAAPI cuGetErrorString(CUresult error, const char **pStr)
+{
+	return impl_cuGetErrorString(error, pStr);
+}
+
+EXPORT CUresult CUDAAPI cuGetErrorName(CUresult error, const char **pStr)
+{
+	return impl_cuGetErrorName(error, pStr);
+}
+
+EXPORT CUresult CUDAAPI cuGetProcAddress_v2(const char *symbol, void **pfn, int cudaVersion, cuuint64_t flags, CUdriverProcAddressQueryResult *symbolStatus)
+{
+	return impl_cuGetProcAddress_v2(symbol, pfn, cudaVersion, flags, symbolStatus);
+}
+
+EXPORT CUresult CUDAAPI cuGetProcAddress(const char *symbol, void **pfn, int cudaVersion, cuuint64_t flags)
+{
+	return impl_cuGetProcAddress(symbol, pfn, cudaVersion, flags);
+}

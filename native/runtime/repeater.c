@@ -95,6 +95,8 @@ void db_params_load(struct db_params *p, int mode)
     memset(p, 0, sizeof(*p));
     p->mode = mode;
     p->wqe_batch = cfg_u32("wqe_batch", 128);
+    p->copy_before_forward = (int)cfg_u32("wqe_copy_before_forward", 1);
+    p->copy_chunk = cfg_u32("wqe_copy_chunk", 1);
     p->spin_us = cfg_u32("repeater_spin_us", 200);
     p->pause_us = cfg_u32("repeater_pause_us", 2000);
     p->sleep_us = cfg_u32("repeater_sleep_us", 5);
@@ -257,12 +259,26 @@ static void prepare_recovery(struct db_page *pg, struct db_qp *q)
         db_error("wqe_recovery", "qp 0x%x: cannot track a send queue of %u blocks", q->qpn, q->slots);
         return;
     }
+    q->rec.copy_chunk = pg->thread->p.copy_chunk < 1 ? 1 : pg->thread->p.copy_chunk;
+    if (q->rec.copy_chunk > q->rec.threshold)
+        q->rec.copy_chunk = q->rec.threshold;
     q->rec.copies = &pg->live->copies;
     q->rec.syncs = &pg->live->syncs;
     /* recovery starts at the producer index the QP has now */
     q->rec.pi = q->rec.copied = q->rec.parsed = q->pi;
     q->live->wqe_pi = q->pi;
     q->rec_state = 1;
+}
+
+/* The blocks [q->pi, q->pi + delta) were announced: copy them (and parse at the threshold). */
+static void recover_blocks(struct db_page *pg, struct db_qp *q, uint64_t delta, uint64_t ts)
+{
+    if (q->rec_state == 0)
+        prepare_recovery(pg, q);
+    if (q->rec_state == 1)
+        wqe_rec_announce(&q->rec, q->pi + delta, ts);
+    else
+        record_loss(q, q->pi, delta, ts);
 }
 
 static void on_doorbell(struct db_rthread *T, struct db_page *pg, uint64_t raw, uint64_t ts)
@@ -285,15 +301,13 @@ static void on_doorbell(struct db_rthread *T, struct db_page *pg, uint64_t raw, 
             d = 0;
         }
         delta = d;
-        if (delta && T->p.mode == ST_DB_WQE && db_recording()) {
-            if (q->rec_state == 0)
-                prepare_recovery(pg, q);
-            if (q->rec_state == 1)
-                wqe_rec_announce(&q->rec, q->pi + delta, ts);
-            else
-                record_loss(q, q->pi, delta, ts);
-        }
     }
+    /* WQE recovery copies the newly announced blocks before the forward (the paper's order: the
+     * GPU can reuse a slot only after the NIC completed it); wqe_copy_before_forward=0 forwards
+     * first (docs/doorbells.md measures both) */
+    int recover = q && delta && T->p.mode == ST_DB_WQE && db_recording();
+    if (recover && T->p.copy_before_forward)
+        recover_blocks(pg, q, delta, ts);
     /* forward: one 64-bit store, then make it leave the write-combining buffer */
     __atomic_store_n(pg->target, raw, __ATOMIC_RELAXED);
     __builtin_ia32_sfence();
@@ -303,11 +317,6 @@ static void on_doorbell(struct db_rthread *T, struct db_page *pg, uint64_t raw, 
     l->doorbells++;
     l->forwarded++;
     l->last_doorbell_tsc = ts;
-    if (q) {
-        q->pi += delta;
-        q->live->doorbells++;
-        q->live->pi = q->pi;
-    }
     if (db_records_wanted()) {
         struct st_record r = {0};
         r.ts = ts;
@@ -321,6 +330,13 @@ static void on_doorbell(struct db_rthread *T, struct db_page *pg, uint64_t raw, 
         r.extra = raw;
         r.aux32 = v.next;
         db_emit(&r);
+    }
+    if (recover && !T->p.copy_before_forward)
+        recover_blocks(pg, q, delta, ts);
+    if (q) {
+        q->pi += delta;
+        q->live->doorbells++;
+        q->live->pi = q->pi;
     }
 }
 

@@ -81,6 +81,9 @@ struct db_page {
 struct db_params {
     int mode;                  /* ST_DB_FORWARD or ST_DB_WQE */
     uint32_t wqe_batch;        /* batch threshold in blocks (clamped to half of each ring) */
+    int copy_before_forward;   /* 1 (default): enqueue the copy (and sync at the threshold) before forwarding */
+    uint32_t copy_chunk;       /* copy once this many blocks wait uncopied (default 1: on every doorbell,
+                                  so no producer index is forwarded before its blocks were copied) */
     uint32_t threads;          /* most repeater threads */
     uint32_t spin_us, pause_us, sleep_us, max_sleep_us;
     int yield_while_spinning;  /* sched_yield every 64 polls while spinning (few cores) */
@@ -88,7 +91,8 @@ struct db_params {
     int n_cpus;
 };
 
-/* Defaults, then configuration keys (db_config): wqe_batch, repeater_threads, repeater_cpus,
+/* Defaults, then configuration keys (db_config): wqe_batch, wqe_copy_before_forward,
+ * wqe_copy_chunk, repeater_threads, repeater_cpus,
  * repeater_spin_us, repeater_pause_us, repeater_sleep_us, repeater_max_sleep_us,
  * repeater_yield. */
 void db_params_load(struct db_params *p, int mode);

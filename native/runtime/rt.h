@@ -276,6 +276,7 @@ int st_flusher_is_self(void);
 void st_flusher_forget(void);             /* in a forked child */
 void st_threads_reap(uint32_t gen);       /* rt_thread.c: free exited, drained threads */
 void st_threads_forget(void);             /* in a forked child */
+void st_flush_thread(struct st_thread *t); /* rt_flush.c: drain one thread of the flushed session */
 struct st_thread *st_threads_head(void);
 int st_live_open(const char *dir, int mode, int doorbells, int attached); /* rt_live.c */
 void st_live_close(int state);            /* end calibration, state; keeps the mapping */

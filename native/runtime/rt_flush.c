@@ -7,6 +7,7 @@
 #include <signal.h>
 #include <pthread.h>
 #include <stdio.h>
+#include <stddef.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
@@ -21,7 +22,8 @@ static int st_flusher_running;
 static volatile int st_flusher_quit;
 static uint32_t st_flusher_gen; /* the session being flushed */
 static int st_pidfd = -1;
-static uint64_t st_records_total, st_drops_total, st_bytes_total, st_flush_errors;
+static uint64_t st_records_total, st_drops_total, st_bytes_total, st_flush_errors, st_event_records;
+static struct st_thread *st_calib_thread; /* the flusher's own state, for the last pair */
 
 int st_flusher_is_self(void) { return st_flusher_running && pthread_equal(pthread_self(), st_flusher_tid); }
 
@@ -114,6 +116,8 @@ static uint64_t st_drain(struct st_thread *t, uint32_t gen)
     if (t->live)
         t->live->drops = t->drops;
     st_records_total += written;
+    if (t != st_calib_thread)
+        st_event_records += written; /* calibration pairs are not events of the program */
     return written;
 }
 
@@ -159,8 +163,33 @@ void st_live_publish(void)
     h->cold_dropped = st_cold_drop_count();
     h->flush_errors = st_flush_errors;
     h->heartbeat_tsc = st_now();
-    if (st_records_total)
+    if (st_event_records)
         st_coverage(ST_COV_RECORDS_FLOWING);
+}
+
+/* A CALIB record in the flusher's own stream: calibration pairs through the run, so that a
+ * reader can fit TSC drift over long traces (the live block holds only start and end). */
+static void st_put_calib(struct st_thread *t)
+{
+    struct st_record *r = t ? st_rec_reserve(t) : NULL;
+    if (!r)
+        return;
+    struct st_calib c;
+    st_calib_take(&c);
+    memset(r, 0, offsetof(struct st_record, seq));
+    r->ts = c.tsc;
+    r->type = ST_REC_CALIB;
+    r->addr = c.mono_ns;
+    r->extra = c.real_ns;
+    st_rec_commit(t, r);
+}
+
+static void st_emit_calib(void)
+{
+    if (st_config()->mode == ST_MODE_AGGREGATE)
+        return; /* no streams in aggregate mode: the live block's start and end pairs suffice */
+    st_calib_thread = st_self();
+    st_put_calib(st_calib_thread);
 }
 
 static void *st_flusher_main(void *arg)
@@ -170,6 +199,7 @@ static void *st_flusher_main(void *arg)
     int sleep_ms = 1;
     struct timespec last_cal;
     clock_gettime(CLOCK_MONOTONIC, &last_cal);
+    st_emit_calib();
     while (!__atomic_load_n(&st_flusher_quit, __ATOMIC_ACQUIRE)) {
         double fullest = st_flush_pass(gen);
         st_threads_reap(gen);
@@ -177,6 +207,7 @@ static void *st_flusher_main(void *arg)
         clock_gettime(CLOCK_MONOTONIC, &now);
         if (now.tv_sec - last_cal.tv_sec >= 1) {
             st_tsc_hz(); /* refines the estimate in the live header */
+            st_emit_calib();
             last_cal = now;
         }
         /* busy: come back at once; some data: 1 ms; idle: back off up to flush_max_ms */
@@ -207,7 +238,7 @@ int st_flusher_start(uint32_t gen)
 {
     st_flusher_gen = gen;
     st_flusher_quit = 0;
-    st_records_total = st_drops_total = st_bytes_total = st_flush_errors = 0;
+    st_records_total = st_drops_total = st_bytes_total = st_flush_errors = st_event_records = 0;
     st_pidfd = -1;
     int cpid = st_config()->controller_pid;
     if (cpid > 0) {
@@ -242,7 +273,12 @@ void st_flusher_stop(void)
             pthread_detach(st_flusher_tid);
         st_flusher_running = 0;
     }
+    /* the last pair goes into the flusher's stream: the flusher no longer writes its ring (it
+     * has returned, or it is the caller), so this thread may */
+    if (st_calib_thread && st_calib_thread->gen == st_flusher_gen)
+        st_put_calib(st_calib_thread);
     st_flush_pass(st_flusher_gen);
+    st_calib_thread = NULL;
     if (st_pidfd >= 0) {
         close(st_pidfd);
         st_pidfd = -1;

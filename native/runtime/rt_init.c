@@ -256,7 +256,11 @@ ST_EXPORT int st_init(const char *config)
     if (gen == 0 || gen == UINT32_MAX)
         gen = 1;
     st_last_gen = gen;
+    st_g.live->state = ST_STATE_TRACING;
+    __atomic_store_n(&st_g.gen, gen, __ATOMIC_RELEASE); /* before the flusher: it records too */
     if (st_flusher_start(gen) != 0) {
+        __atomic_store_n(&st_g.gen, 0, __ATOMIC_RELEASE);
+        st_live_close(ST_STATE_DETACHED);
         st_cold_close();
         pthread_mutex_unlock(&st_session_lock);
         return -EAGAIN;
@@ -265,9 +269,7 @@ ST_EXPORT int st_init(const char *config)
         registered = 1;
         pthread_atfork(NULL, NULL, st_atfork_child);
     }
-    st_g.live->state = ST_STATE_TRACING;
     st_coverage(ST_COV_RUNTIME_READY);
-    __atomic_store_n(&st_g.gen, gen, __ATOMIC_RELEASE);
     st_coldf(st_start_cal.tsc, "\"ev\":\"runtime\",\"mode\":%d,\"ring_records\":%u,\"attached\":%s",
              st_cfg.mode, st_cfg.ring_records, st_cfg.attached ? "true" : "false");
     pthread_mutex_unlock(&st_session_lock);

@@ -186,7 +186,16 @@ void st_threads_reap(uint32_t gen)
         struct st_thread *next = t->next;
         int dead = __atomic_load_n(&t->exited, __ATOMIC_ACQUIRE) &&
                    (t->gen != gen || !t->ring || t->tail == __atomic_load_n(&t->head, __ATOMIC_ACQUIRE));
-        if (!dead || t->fd >= 0) { /* streams are closed by the flusher first (st_flush_thread) */
+        if (dead && t->gen == gen) {
+            /* what it did between the last drain and its exit (records, drops) */
+            st_flush_thread(t);
+            dead = t->tail == __atomic_load_n(&t->head, __ATOMIC_ACQUIRE) || !t->ring;
+            if (dead && t->fd >= 0) {
+                close(t->fd);
+                t->fd = -1;
+            }
+        }
+        if (!dead || t->fd >= 0) {
             pp = &t->next;
             t = next;
             continue;

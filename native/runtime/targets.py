@@ -19,3 +19,12 @@ TARGETS.append(
         soname="libsigmatrace_follow.so",
     )
 )
+
+# The parent of the program `sigmatrace spawn` starts (see run.c: exit status through ptrace).
+TARGETS.append(
+    Target(
+        out="bin/sigmatrace-run",
+        sources=["native/runtime/follow/run.c"],
+        kind="exe",
+    )
+)

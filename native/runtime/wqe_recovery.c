@@ -35,6 +35,7 @@ int wqe_rec_init(struct wqe_rec *r, uint32_t qpn, int st, uint32_t slots, uint64
     uint32_t max = slots > 1 ? slots / 2 : 1;
     r->threshold = threshold < 1 ? 1 : threshold > max ? max : threshold;
     r->emit = emit;
+    r->copy_chunk = 1;
     /* each doorbell in the queue announces at least one block and the queue is drained once
      * `threshold` blocks wait, so threshold + 1 entries suffice; keep a margin */
     r->q_cap = r->threshold + 2;
@@ -244,9 +245,14 @@ int wqe_rec_announce(struct wqe_rec *r, uint64_t pi, uint64_t ts)
     }
     q_push(r, pi, ts);
     r->pi = pi;
-    copy_range(r, r->copied, pi);
-    r->copied = pi;
-    if (pi - r->parsed >= r->threshold) {
+    int parse = pi - r->parsed >= r->threshold;
+    /* copies cover ranges of at least copy_chunk blocks (one per doorbell when each announces
+     * that many): the copy engine and the repeater's time go further at high doorbell rates */
+    if (parse || pi - r->copied >= r->copy_chunk) {
+        copy_range(r, r->copied, pi);
+        r->copied = pi;
+    }
+    if (parse) {
         sync_copies(r);
         parse_upto(r, pi);
         return 1;

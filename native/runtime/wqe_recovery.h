@@ -39,6 +39,8 @@ struct wqe_rec {
     uint8_t *mirror;       /* slots * 64 bytes of host memory the copier writes into */
     struct db_copier *cp;
     uint32_t threshold;    /* parse once this many announced blocks wait (1 .. slots/2) */
+    uint32_t copy_chunk;   /* copy once this many announced blocks are not copied (1: every
+                              doorbell); set after init, at most threshold */
     int emit;              /* write records (0: aggregate mode, counters only) */
 
     uint64_t pi;           /* last producer index announced, 64-bit extended */

@@ -1,4 +1,5 @@
 /* Shared-memory registries of the emulated fabric (see sn_fabric.h). */
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -55,8 +56,10 @@ uint64_t sn_proc_start_time(pid_t pid)
 		return 0;
 	buf[n] = '\0';
 	p = strrchr(buf, ')');	/* the command name may hold spaces and parentheses */
-	if (!p)
+	if (!p || p[1] != ' ')
 		return 0;
+	if (p[2] == 'Z' || p[2] == 'X')
+		return 0;	/* exited, not yet reaped: it will never touch the fabric again */
 	/* p[1] is the space before field 3 (state); starttime is field 22 */
 	for (field = 2, p++; *p && field < 22; p++)
 		if (*p == ' ')
@@ -362,13 +365,88 @@ static void fabric_sweep_locked(struct sn_fabric_reg *f)
 	}
 }
 
+/* Removes what killed processes left on the other fabrics of this user: registries without a
+ * live port, and the inboxes of dead ports.  Live ports are never touched, nor fabrics created
+ * less than SIMNIC_GC_AGE_S seconds ago (default 10: what a crash left stays visible to
+ * `sigmatrace simnic status` for a while).  Every change is made under the registry's flock; a
+ * process creating or joining that fabric at the same time finds the registry unlinked after
+ * taking the lock and opens a fresh one (obj_open_locked). */
+static void fabric_gc_others(void)
+{
+	char prefix[64], own[256], name[512];
+	const char *env = getenv("SIMNIC_GC_AGE_S");
+	long min_age = env ? atol(env) : 10;
+	time_t now = time(NULL);
+	size_t plen;
+	struct dirent *e;
+	DIR *d;
+
+	snprintf(prefix, sizeof(prefix), "simnic.%u.fab.", (unsigned)getuid());
+	plen = strlen(prefix);
+	fabric_obj_name(own, sizeof(own));
+	d = opendir("/dev/shm");
+	if (!d)
+		return;
+	while ((e = readdir(d))) {
+		struct sn_fabric_reg *f;
+		struct stat st;
+		int fd, live = 0;
+
+		/* registries only: "simnic.<uid>.fab.<fabric>", no further dot */
+		if (strncmp(e->d_name, prefix, plen) || strchr(e->d_name + plen, '.'))
+			continue;
+		snprintf(name, sizeof(name), "/%s", e->d_name);
+		if (!strcmp(name, own))
+			continue;	/* ours: swept when we join */
+		fd = shm_open(name, O_RDWR | O_CLOEXEC, 0);
+		if (fd < 0)
+			continue;
+		if (flock(fd, LOCK_EX | LOCK_NB) || fstat(fd, &st) || st.st_nlink == 0 ||
+		    st.st_uid != getuid() || (size_t)st.st_size < sizeof(*f) ||
+		    now - (st.st_mtime > st.st_ctime ? st.st_mtime : st.st_ctime) < min_age) {
+			close(fd);	/* busy (someone is in it: alive), gone, or not ours */
+			continue;
+		}
+		f = mmap(NULL, sizeof(*f), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+		if (f != MAP_FAILED) {
+			if (f->magic == FAB_MAGIC) {
+				for (int i = 0; i < SN_FABRIC_PORTS; i++) {
+					struct sn_fab_port *p = &f->port[i];
+
+					if (!p->owner.pid)
+						continue;
+					if (sn_owner_alive(&p->owner)) {
+						live++;
+						continue;
+					}
+					snprintf(name, sizeof(name), "/%s.%u", e->d_name, p->lid);
+					shm_unlink(name);
+					memset(p, 0, sizeof(*p));
+				}
+			}
+			/* a registry never initialised is being created right now: leave it */
+			if (f->magic == FAB_MAGIC && !live) {
+				snprintf(name, sizeof(name), "/%s", e->d_name);
+				shm_unlink(name);
+			}
+			munmap(f, sizeof(*f));
+		}
+		flock(fd, LOCK_UN);
+		close(fd);
+	}
+	closedir(d);
+}
+
 int sn_fabric_join(uint16_t lid, uint16_t dev, const uint8_t gid[16])
 {
+	static pthread_once_t gc_once = PTHREAD_ONCE_INIT;
+
 	struct shm_obj o = {.fd = -1};
 	struct sn_fabric_reg *f;
 	char name[256];
 	int ret;
 
+	pthread_once(&gc_once, fabric_gc_others);
 	pthread_mutex_lock(&g_reg_lock);
 	fabric_obj_name(name, sizeof(name));
 	ret = obj_open_locked(&o, name, sizeof(struct sn_fabric_reg), LOCK_EX);

@@ -16,16 +16,20 @@
 typedef int CUresult;
 typedef uint64_t CUdeviceptr;
 typedef void *CUcontext;
+typedef void *CUstream;
 #define CU_POINTER_ATTRIBUTE_CONTEXT 1
 #define CU_POINTER_ATTRIBUTE_MEMORY_TYPE 2
 #define CU_MEMORYTYPE_DEVICE 2
+#define CU_STREAM_NON_BLOCKING 1
 
 static struct {
 	CUresult (*getattr)(void *data, int attr, CUdeviceptr ptr);
 	CUresult (*set_current)(CUcontext ctx);
-	CUresult (*dtoh)(void *dst, CUdeviceptr src, size_t n);
-	CUresult (*htod)(CUdeviceptr dst, const void *src, size_t n);
-	CUresult (*dtod)(CUdeviceptr dst, CUdeviceptr src, size_t n);
+	CUresult (*stream_create)(CUstream *s, unsigned flags);
+	CUresult (*stream_sync)(CUstream s);
+	CUresult (*dtoh)(void *dst, CUdeviceptr src, size_t n, CUstream s);
+	CUresult (*htod)(CUdeviceptr dst, const void *src, size_t n, CUstream s);
+	CUresult (*dtod)(CUdeviceptr dst, CUdeviceptr src, size_t n, CUstream s);
 	int loaded;
 } cu;
 
@@ -43,12 +47,15 @@ static int cuda_bind(void)
 		if (h) {
 			cu.getattr = dlsym(h, "cuPointerGetAttribute");
 			cu.set_current = dlsym(h, "cuCtxSetCurrent");
-			cu.dtoh = dlsym(h, "cuMemcpyDtoH_v2");
-			cu.htod = dlsym(h, "cuMemcpyHtoD_v2");
-			cu.dtod = dlsym(h, "cuMemcpyDtoD_v2");
+			cu.stream_create = dlsym(h, "cuStreamCreate");
+			cu.stream_sync = dlsym(h, "cuStreamSynchronize");
+			cu.dtoh = dlsym(h, "cuMemcpyDtoHAsync_v2");
+			cu.htod = dlsym(h, "cuMemcpyHtoDAsync_v2");
+			cu.dtod = dlsym(h, "cuMemcpyDtoDAsync_v2");
 		}
 		/* a program may load CUDA later: only a complete binding is final */
-		if (cu.getattr && cu.set_current && cu.dtoh && cu.htod && cu.dtod)
+		if (cu.getattr && cu.set_current && cu.stream_create && cu.stream_sync && cu.dtoh &&
+		    cu.htod && cu.dtod)
 			cu.loaded = 1;
 	}
 	pthread_mutex_unlock(&cu_lock);
@@ -73,16 +80,43 @@ void sn_mem_classify(const void *addr, struct sn_mem *m)
 	m->cuctx = ctx;
 }
 
-/* The engine thread is the only caller of the copy functions; it switches contexts lazily. */
+/* Copies run on a stream of the engine's own, created non-blocking in each context: the
+ * legacy default stream that cuMemcpy* use would wait for the application's kernels, and a
+ * persistent kernel polling a CQ that the engine fills would never finish.  Only the engine
+ * thread copies (polling assist is off while CUDA memory is registered), so the current
+ * context it sets is its own. */
+#define N_STREAMS 16
 static __thread CUcontext tls_ctx;
+static __thread struct {
+	CUcontext ctx;
+	CUstream s;
+} tls_streams[N_STREAMS];
+static __thread CUstream tls_stream;
 
 static int use_ctx(const struct sn_mem *m)
 {
-	if (tls_ctx == m->cuctx)
+	int i;
+
+	if (tls_ctx == m->cuctx && tls_stream)
 		return 0;
 	if (cu.set_current(m->cuctx))
 		return -1;
 	tls_ctx = m->cuctx;
+	for (i = 0; i < N_STREAMS && tls_streams[i].ctx; i++)
+		if (tls_streams[i].ctx == m->cuctx) {
+			tls_stream = tls_streams[i].s;
+			return 0;
+		}
+	tls_stream = NULL;
+	if (cu.stream_create(&tls_stream, CU_STREAM_NON_BLOCKING) || !tls_stream) {
+		tls_stream = NULL;
+		tls_ctx = NULL;
+		return -1;
+	}
+	if (i == N_STREAMS)
+		i = (int)((uintptr_t)m->cuctx >> 4) % N_STREAMS;	/* replaced; the old one leaks */
+	tls_streams[i].ctx = m->cuctx;
+	tls_streams[i].s = tls_stream;
 	return 0;
 }
 
@@ -94,7 +128,8 @@ int sn_mem_read(void *dst, const void *src, size_t len, const struct sn_mem *m)
 		memcpy(dst, src, len);
 		return 0;
 	}
-	if (use_ctx(m) || cu.dtoh(dst, (CUdeviceptr)(uintptr_t)src, len))
+	if (use_ctx(m) || cu.dtoh(dst, (CUdeviceptr)(uintptr_t)src, len, tls_stream) ||
+	    cu.stream_sync(tls_stream))
 		return -1;
 	return 0;
 }
@@ -107,7 +142,8 @@ int sn_mem_write(void *dst, const void *src, size_t len, const struct sn_mem *m)
 		memcpy(dst, src, len);
 		return 0;
 	}
-	if (use_ctx(m) || cu.htod((CUdeviceptr)(uintptr_t)dst, src, len))
+	if (use_ctx(m) || cu.htod((CUdeviceptr)(uintptr_t)dst, src, len, tls_stream) ||
+	    cu.stream_sync(tls_stream))
 		return -1;
 	return 0;
 }
@@ -120,7 +156,9 @@ int sn_mem_copy(void *dst, const struct sn_mem *dm, const void *src, const struc
 		return 0;
 	}
 	if (dm->gpu && sm->gpu) {
-		if (use_ctx(dm) || cu.dtod((CUdeviceptr)(uintptr_t)dst, (CUdeviceptr)(uintptr_t)src, len))
+		if (use_ctx(dm) ||
+		    cu.dtod((CUdeviceptr)(uintptr_t)dst, (CUdeviceptr)(uintptr_t)src, len, tls_stream) ||
+		    cu.stream_sync(tls_stream))
 			return -1;
 		return 0;
 	}

@@ -77,6 +77,8 @@ struct ibv_mr *sn_reg_mr(struct ibv_pd *ibpd, void *addr, size_t len, uint64_t i
 	mr->ibmr.length = len;
 	pthread_mutex_lock(&ctx->eng->lock);
 	err = sn_engine_add_mr(ctx->eng, mr);
+	if (!err && mr->mem.gpu)
+		ctx->eng->n_gpu_objects++;	/* GPUDirect memory: no polling assist */
 	pthread_mutex_unlock(&ctx->eng->lock);
 	if (err) {
 		free(mr);
@@ -116,7 +118,11 @@ int sn_rereg_mr(struct ibv_mr *ibmr, int flags, struct ibv_pd *ibpd, void *addr,
 		mr->addr = addr;
 		mr->len = len;
 		mr->iova = (uintptr_t)addr;
+		if (mr->mem.gpu)
+			ctx->eng->n_gpu_objects--;
 		sn_mem_classify(addr, &mr->mem);
+		if (mr->mem.gpu)
+			ctx->eng->n_gpu_objects++;
 		ibmr->addr = addr;
 		ibmr->length = len;
 	}
@@ -133,6 +139,8 @@ int sn_dereg_mr(struct ibv_mr *ibmr)
 
 	pthread_mutex_lock(&ctx->eng->lock);
 	sn_engine_del_mr(ctx->eng, mr);
+	if (mr->mem.gpu)
+		ctx->eng->n_gpu_objects--;
 	pthread_mutex_unlock(&ctx->eng->lock);
 	atomic_fetch_sub(&mr->pd->refs, 1);
 	free(mr);

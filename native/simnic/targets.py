@@ -27,3 +27,10 @@ TARGETS = [
         links=["libmlx5.so"],
     ),
 ]
+
+# The benchmark's baseline (bench/simnic_bench.py): the same hand-off over a plain
+# shared-memory ring between two processes.
+TARGETS.append(
+    Target(out="bin/simnic_shm_baseline", sources=["bench/simnic/shm_baseline.c"], kind="exe",
+           cflags=["-O2"]),
+)

@@ -34,6 +34,13 @@ class CaptureResult:
     warnings: list[str] = field(default_factory=list)
 
 
+def _ppid(pid: int) -> int | None:
+    try:
+        return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
 def _is_dynamic(path: str) -> bool:
     """True for an ELF with a program interpreter (LD_PRELOAD applies); scripts count as dynamic
     (their interpreter is)."""
@@ -221,10 +228,10 @@ class Controller:
         code = None
         child = None
         try:
-            env = server.env(os.environ)
+            cmd, env = server.run_command(argv, os.environ)
             self.ui.status(f"starting {' '.join(argv)}")
             try:
-                child = subprocess.Popen(argv, env=env)
+                child = subprocess.Popen(cmd, env=env)
             except OSError as e:
                 self.session.finish("failed", warnings=self.warnings)
                 raise TargetError(f"cannot start {argv[0]}: {e.strerror}") from None
@@ -260,7 +267,8 @@ class Controller:
                 except queue.Empty:
                     kind = None
                 if kind == "hello":
-                    is_root = item.pid == child.pid and not root_seen
+                    # the program is the child of sigmatrace-run, our child
+                    is_root = not root_seen and _ppid(item.pid) == child.pid
                     root_seen = root_seen or is_root
                     self._on_hello(item, trace=is_root or self.options.follow_children)
                 self._reap_ended()

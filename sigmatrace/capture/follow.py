@@ -52,15 +52,16 @@ class FollowServer:
         self._thread = threading.Thread(target=self._serve, name="sigmatrace-follow", daemon=True)
         self._thread.start()
 
-    def env(self, base: dict[str, str], timeout_s: int = 60) -> dict[str, str]:
-        """`base` plus what makes a started program (and its descendants) say hello."""
+    def run_command(self, argv: list[str], base: dict[str, str], timeout_s: int = 60) -> tuple[list[str], dict]:
+        """The command and environment that start `argv` so that it, and every program it starts,
+        says hello: under sigmatrace-run (its parent, see run.c), which gives the program
+        LD_PRELOAD and the socket's path."""
         env = dict(base)
         lib = str(paths.native("libsigmatrace_follow.so"))
-        pre = [p for p in env.get("LD_PRELOAD", "").replace(":", " ").split() if p and p != lib]
-        env["LD_PRELOAD"] = " ".join([lib] + pre)
-        env[ENV_SOCKET] = self.path
+        env["SIGMATRACE_RUN_PRELOAD"] = lib
+        env["SIGMATRACE_RUN_FOLLOW"] = self.path
         env[ENV_TIMEOUT] = str(timeout_s)
-        return env
+        return [str(paths.native("bin/sigmatrace-run"))] + list(argv), env
 
     def _serve(self) -> None:
         while not self._stop:

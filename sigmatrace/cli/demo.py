@@ -99,6 +99,10 @@ def _demo_gda(out: Optional[Path], n: int, backend: str, quiet: bool) -> None:
     t.add_row("results verified", "[green]all[/]" if ok else f"[red]{summary['verify']['failed']} failed[/]", "")
     console.print(t)
     console.print(f"Trace: {result.out}   (sigmatrace report {result.out} --json; sigmatrace export ...)")
+    if not report.get("doorbells") or report.get("wqes") != posted:
+        console.print("[red]The tracer did not see every GPU-initiated operation of the demo "
+                      f"({report.get('wqes')} of {posted} WQEs): see the warnings above.[/]")
+        raise typer.Exit(1)
     if not ok or result.exit_code:
         raise typer.Exit(1)
 

@@ -1,7 +1,7 @@
 """`sigmatrace simnic`: run programs on the emulated ConnectX NIC.
 
-    sigmatrace simnic env [--devices N] [--fabric NAME]     print the environment (shell syntax)
-    sigmatrace simnic run [--devices N] [--fabric NAME] -- PROGRAM ARGS...
+    sigmatrace simnic env [--devices N] [--fabric NAME] [--cuda-stub]   print the environment
+    sigmatrace simnic run [--devices N] [--fabric NAME] [--cuda-stub] -- PROGRAM ARGS...
     sigmatrace simnic status [--fabric NAME]                ports on a fabric, left-overs
     sigmatrace simnic clean --fabric NAME                   remove what dead processes left
 """
@@ -23,6 +23,8 @@ from ..errors import TargetError
 _DEVICES = typer.Option(1, "--devices", "-n", min=0, max=8, help="Number of emulated HCAs (mlx5_0, ...).")
 _FABRIC = typer.Option(None, "--fabric", "-f",
                        help="Fabric name: processes on one fabric can connect (default: 'default').")
+_CUDA_STUB = typer.Option(False, "--cuda-stub",
+                          help="Also use the CUDA driver test double (host memory as device memory).")
 
 
 def register(app: typer.Typer) -> None:
@@ -33,11 +35,12 @@ def register(app: typer.Typer) -> None:
     )
 
     @sub.command("env")
-    def env_cmd(devices: int = _DEVICES, fabric: Optional[str] = _FABRIC) -> None:
+    def env_cmd(devices: int = _DEVICES, fabric: Optional[str] = _FABRIC,
+                cuda_stub: bool = _CUDA_STUB) -> None:
         """Print the environment assignments (shell syntax): eval "$(sigmatrace simnic env)"."""
         from ..simnic import environment
 
-        for key, value in environment(devices=devices, fabric=fabric).items():
+        for key, value in environment(devices=devices, fabric=fabric, cuda_stub=cuda_stub).items():
             print(f"export {key}={shlex.quote(value)}")
 
     @sub.command("run", context_settings={"allow_interspersed_args": False})
@@ -46,11 +49,12 @@ def register(app: typer.Typer) -> None:
                                             help="The program to run, after --."),
         devices: int = _DEVICES,
         fabric: Optional[str] = _FABRIC,
+        cuda_stub: bool = _CUDA_STUB,
     ) -> None:
         """Run PROGRAM with the emulated NIC; exits with its status."""
         from ..simnic import cleanup, environment
 
-        env = {**os.environ, **environment(devices=devices, fabric=fabric)}
+        env = {**os.environ, **environment(devices=devices, fabric=fabric, cuda_stub=cuda_stub)}
         try:
             child = subprocess.Popen(program, env=env, close_fds=False)
         except FileNotFoundError:
@@ -81,8 +85,14 @@ def register(app: typer.Typer) -> None:
             table.add_row(f"0x{p.lid:04x}", f"mlx5_{p.dev}", str(p.pid), p.gid,
                           "alive" if p.alive else "[red]dead (left over)[/]")
         console.print(table if ports else f"fabric {name}: no ports")
-        for obj in objects():
-            console.print(f"  {obj}")
+        mine = objects(name)
+        if mine:
+            console.print(f"shared-memory objects of fabric {name}:")
+            for obj in mine:
+                console.print(f"  {obj}")
+        others = {o.name.split(".")[3] for o in objects() if o.name.count(".") >= 3} - {name}
+        if others:
+            console.print(f"other fabrics: {', '.join(sorted(others))}")
 
     @sub.command("clean")
     def clean_cmd(fabric: str = typer.Option(..., "--fabric", "-f", help="Fabric to clean.")) -> None:

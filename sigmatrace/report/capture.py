@@ -110,6 +110,9 @@ def _process_summary(p, qps: dict, totals: dict) -> dict:
         for recs in s.chunks():
             types, counts = np.unique(recs["type"], return_counts=True)
             for ty, c in zip(types, counts):
+                if ty == fmt.RecType.CALIB:  # the flusher's clock pairs, not events
+                    totals["calibrations"] += int(c)
+                    continue
                 name = str(_enum_name(fmt.RecType, ty)).upper()
                 totals["records"][name] += int(c)
             for ty, count_field in ((fmt.RecType.SEND_WR, None), (fmt.RecType.POST_SEND, "aux32")):
@@ -139,7 +142,7 @@ def _qp(qps: dict, p, qpn: int) -> dict:
 
 
 def compute(td: TraceDir) -> dict:
-    totals = {"calls": Counter(), "ops": Counter(), "bytes": 0, "drops": 0, "records": Counter(),
+    totals = {"calls": Counter(), "ops": Counter(), "bytes": 0, "drops": 0, "records": Counter(), "calibrations": 0,
               "recv_wrs": 0, "recv_bytes": 0, "completions": 0, "completion_errors": 0}
     qps: dict = {}
     processes = [_process_summary(p, qps, totals) for p in td.processes]
@@ -170,6 +173,7 @@ def compute(td: TraceDir) -> dict:
         "completions": totals["completions"],
         "completion_errors": totals["completion_errors"],
         "records": dict(sorted(totals["records"].items())),
+        "calibrations": totals["calibrations"],
         "qps": sorted(qps.values(), key=lambda q: (q["process"], q["qpn"])),
         "drops": totals["drops"],
         "coverage": coverage,

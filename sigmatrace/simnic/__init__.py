@@ -9,12 +9,13 @@ A program runs on the emulated NIC when it finds our libibverbs.so.1 / libmlx5.s
 Processes that use the same fabric name can connect their queue pairs; distinct names never
 meet, which keeps concurrent tests apart.  See docs/simnic.md.
 """
-from .env import environment, library_dir
+from .env import cudastub_dir, environment, library_dir
 from .fabric import FabricPort, cleanup, fabric_ports, objects, unique_fabric
 
 __all__ = [
     "FabricPort",
     "cleanup",
+    "cudastub_dir",
     "environment",
     "fabric_ports",
     "library_dir",

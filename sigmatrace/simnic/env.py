@@ -17,6 +17,12 @@ def library_dir() -> Path:
     return paths.native("simnic/libibverbs.so.1").parent
 
 
+def cudastub_dir() -> Path:
+    """The folder holding the CUDA driver test double (libcuda.so.1 whose host memory stands in
+    for device memory; native/cudastub)."""
+    return paths.native("cudastub/libcuda.so.1").parent
+
+
 def check_fabric(fabric: str) -> str:
     if not _FABRIC_RE.match(fabric):
         raise UsageError(
@@ -27,21 +33,24 @@ def check_fabric(fabric: str) -> str:
 
 
 def environment(devices: int = 1, fabric: str | None = None,
-                base: dict[str, str] | None = None) -> dict[str, str]:
+                base: dict[str, str] | None = None, cuda_stub: bool = False) -> dict[str, str]:
     """The variables to add to a program's environment (they override what is there).
 
-    devices: number of emulated HCAs (mlx5_0 ...), 0 to 8.
-    fabric:  processes on one fabric can connect; None means the fabric "default".
-    base:    the environment whose LD_LIBRARY_PATH is extended (default: os.environ).
+    devices:   number of emulated HCAs (mlx5_0 ...), 0 to 8.
+    fabric:    processes on one fabric can connect; None means the fabric "default".
+    base:      the environment whose LD_LIBRARY_PATH is extended (default: os.environ).
+    cuda_stub: also put the CUDA driver test double (cudastub) first, for GPU programs on a
+               machine without a GPU.
     """
     if not 0 <= devices <= MAX_DEVICES:
         raise UsageError(f"devices must be 0..{MAX_DEVICES}, not {devices}")
     fabric = check_fabric(fabric or "default")
     base = os.environ if base is None else base
-    libdir = str(library_dir())
-    rest = [p for p in base.get("LD_LIBRARY_PATH", "").split(":") if p and p != libdir]
+    dirs = [str(cudastub_dir())] if cuda_stub else []
+    dirs.append(str(library_dir()))
+    rest = [p for p in base.get("LD_LIBRARY_PATH", "").split(":") if p and p not in dirs]
     return {
-        "LD_LIBRARY_PATH": ":".join([libdir, *rest]),
+        "LD_LIBRARY_PATH": ":".join([*dirs, *rest]),
         "SIMNIC_DEVICES": str(devices),
         "SIMNIC_FABRIC": fabric,
     }

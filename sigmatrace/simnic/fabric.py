@@ -39,6 +39,8 @@ def _start_time(pid: int) -> int:
     except OSError:
         return 0
     fields = stat[stat.rindex(")") + 2:].split()
+    if fields[0] in ("Z", "X"):	# exited, not yet reaped: it will never touch the fabric again
+        return 0
     return int(fields[19])		# field 22 of the whole line
 
 

@@ -7,6 +7,7 @@ import stat
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -87,23 +88,40 @@ def test_unknown_pid(tmp_path):
     assert not (tmp_path / "t").exists()
 
 
-def test_pid_without_permission(tmp_path):
+def _world_readable_path(p) -> bool:
+    """Can an unprivileged user reach `p` (every directory on the way searchable by others)?"""
+    p = Path(p).resolve()
+    return all(os.stat(d).st_mode & 0o001 for d in [*reversed(p.parents)] if d != Path("/")) and \
+        bool(os.stat(p).st_mode & 0o004)
+
+
+@pytest.mark.parametrize("who", ["nobody", "root-without-ptrace"])
+def test_pid_without_permission(tmp_path, who):
+    """A pid we may not ptrace: one clear line, nothing created, the process untouched.
+    `nobody`: the tracer runs as an unprivileged user against root's process (needs the
+    installation readable by others); `root-without-ptrace`: root without CAP_SYS_PTRACE against
+    nobody's process (works wherever the tests run as root)."""
     if os.geteuid() != 0 or shutil.which("setpriv") is None:
-        pytest.skip("needs root to run the tracer as an unprivileged user")
-    target = subprocess.Popen(["sleep", "30"])
+        pytest.skip("needs root and setpriv to make a tracer without the right to ptrace")
+    if who == "nobody" and not _world_readable_path(sigmatrace_cmd()[0]):
+        pytest.skip("the installation is not readable by other users (e.g. under /root)")
+    as_nobody = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"]
+    os.chmod(tmp_path, 0o777)
+    if who == "nobody":
+        target = subprocess.Popen(["sleep", "30"])
+        tracer = [*as_nobody, *sigmatrace_cmd()]
+    else:
+        target = subprocess.Popen([*as_nobody, "sleep", "30"])
+        tracer = ["setpriv", "--bounding-set=-sys_ptrace", "--inh-caps=-sys_ptrace", *sigmatrace_cmd()]
     try:
-        home = tmp_path / "nobody"
-        home.mkdir()
-        os.chmod(tmp_path, 0o755)
-        os.chown(home, 65534, 65534)
-        env = dict(os.environ, HOME=str(home))
-        res = run_cmd(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", *sigmatrace_cmd(),
-                       "attach", "--pid", str(target.pid), "--out", str(home / "t")],
-                      env=env, cwd=str(home))
+        time.sleep(0.2)
+        env = dict(os.environ, HOME=str(tmp_path))
+        res = run_cmd([*tracer, "attach", "--pid", str(target.pid), "--out", str(tmp_path / "t")], env=env,
+                      cwd=str(tmp_path))
         lines = res.stderr.strip().splitlines()
         assert res.returncode == 1 and len(lines) == 1, res.stderr
         assert f"no permission to trace pid {target.pid}" in lines[0]
-        assert not (home / "t").exists()
+        assert not (tmp_path / "t").exists()
         assert target.poll() is None  # untouched
     finally:
         target.kill()
@@ -208,5 +226,5 @@ def test_sigterm_reaches_the_program(tmp_path):
     finally:
         if p.poll() is None:
             os.killpg(p.pid, 9)
-    assert p.returncode == 128 + 15, err
+    assert p.returncode == 128 + 15, (err, (tmp_path / "t" / "session.json").read_text())
     assert json.loads((tmp_path / "t" / "session.json").read_text())["exit_code"] == -15

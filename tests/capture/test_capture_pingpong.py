@@ -153,5 +153,9 @@ def test_omitted_provider_installs_nothing(tmp_path):
     assert r["coverage"]["hooks_installed"] is False and "verbs" not in r["providers"]
     [meta] = (tmp_path / "t").glob("p*/meta.json")
     meta = json.loads(meta.read_text())
-    assert meta["providers"] == {} and "hooks" not in meta  # no provider loaded, no hook reported
+    # no verbs provider loaded, no hook reported; the cuda provider, where this installation has
+    # it, was requested and waits for a libcuda the program never loads
+    from sigmatrace.capture.config import available_agent_providers
+    assert meta["providers"] == ({"cuda": "waiting"} if "cuda" in available_agent_providers() else {})
+    assert "hooks" not in meta
     assert any(os.path.basename(lib["path"]) == "libibverbs.so.1" for lib in meta["libraries"])

@@ -50,9 +50,12 @@ def totals(proc):
     }
 
 
-def records(proc):
+def records(proc, calib=False):
+    """The process's streams, and their records (without the flusher's CALIB records unless
+    `calib`)."""
     streams = list(proc.streams())
-    return streams, (np.concatenate([s.read() for s in streams]) if streams else np.zeros(0, fmt.RECORD_DTYPE))
+    recs = np.concatenate([s.read() for s in streams]) if streams else np.zeros(0, fmt.RECORD_DTYPE)
+    return streams, recs if calib else recs[recs["type"] != fmt.RecType.CALIB]
 
 
 @pytest.mark.parametrize("mode", ["aggregate", "simple", "full"])
@@ -71,7 +74,8 @@ def test_counts_and_records_per_mode(harness, tmp_path, mode):
     assert float(h["tsc_hz"]) > 1e8
     assert int(h["coverage"]) & (lv.Coverage.RUNTIME_READY | lv.Coverage.RECORDS_FLOWING) == \
         lv.Coverage.RUNTIME_READY | lv.Coverage.RECORDS_FLOWING
-    assert len(snap.threads) == 4
+    app = [t for t in snap.threads if bytes(t["name"]).rstrip(b"\0") != b"st-flusher"]
+    assert len(app) == 4 and len(snap.threads) == (4 if mode == "aggregate" else 5)
     agg = [a for t in snap.threads for a in t["qps"] if a["qpn"] == 0x51]
     assert sum(int(a["ops"]) for a in agg) == 40000 and sum(int(a["bytes"]) for a in agg) == 6_000_000
     streams, recs = records(proc)
@@ -79,11 +83,19 @@ def test_counts_and_records_per_mode(harness, tmp_path, mode):
     if mode == "aggregate":
         assert len(recs) == 0 and int(h["records_written"]) == 0
         return
-    assert len(streams) == 4
+    # one stream per thread, and the flusher's with calibration pairs (TSC, monotonic, realtime)
+    assert len(streams) == 5
     for s in streams:
         r = s.read()
         assert s.header.tid in {int(t["tid"]) for t in snap.threads}
         assert list(r["seq"]) == list(range(1, len(r) + 1))
+    [calib_stream] = [s for s in streams if s.header.name == "st-flusher"]
+    calib = calib_stream.read()
+    assert len(calib) >= 2 and set(calib["type"]) == {fmt.RecType.CALIB}  # at start, each second, at the end
+    assert int(h["start_tsc"]) <= int(calib["ts"][0]) <= int(h["end_tsc"])
+    assert int(h["start_mono_ns"]) <= int(calib["addr"][0]) <= int(h["end_mono_ns"])
+    assert int(h["start_real_ns"]) <= int(calib["extra"][0]) <= int(h["end_real_ns"])
+    streams = [s for s in streams if s is not calib_stream]
     kinds = {fmt.RecType(k).name: int(n) for k, n in zip(*np.unique(recs["type"], return_counts=True))}
     if mode == "simple":
         assert kinds == {"POST_SEND": 20000}
@@ -99,7 +111,7 @@ def test_counts_and_records_per_mode(harness, tmp_path, mode):
         assert set(writes["key"]) == {9} and set(writes["addr"]) == {0x1000} and set(writes["flags"]) == {1}
         comp = recs[recs["type"] == fmt.RecType.COMPLETION]
         assert set(comp["op"]) == {128} and set(comp["extra"]) == {7} and set(comp["len"]) == {100}
-    assert int(h["records_written"]) == len(recs)
+    assert int(h["records_written"]) == len(recs) + len(calib)
     # owner-only files
     for p in [d, d / "streams"] + list(d.rglob("*.bin")) + [d / "cold.jsonl"]:
         mode_bits = stat.S_IMODE(os.stat(p).st_mode)
@@ -112,11 +124,15 @@ def test_full_ring_drops_are_counted(harness, tmp_path):
     proc = ProcessTrace(d)
     snap, c = totals(proc)
     h = snap.header
+    streams, recs = records(proc, calib=True)
+    calib = int((recs["type"] == fmt.RecType.CALIB).sum())
     written, dropped = int(h["records_written"]), int(h["records_dropped"])
-    assert written + dropped == 300000 and dropped > 0
-    assert int(snap.threads[0]["drops"]) == dropped
-    streams, recs = records(proc)
-    assert len(recs) == written and list(recs["seq"]) == list(range(1, written + 1))
+    assert written - calib + dropped == 300000 and dropped > 0
+    [app_thread] = [t for t in snap.threads if bytes(t["name"]).rstrip(b"\0") != b"st-flusher"]
+    assert int(app_thread["drops"]) == dropped
+    assert len(recs) == written
+    [app] = [s.read() for s in streams if s.header.name != "st-flusher"]
+    assert list(app["seq"]) == list(range(1, len(app) + 1))
     assert c["post_send"] == 300000  # counters are exact whatever was dropped
 
 

@@ -278,3 +278,91 @@ def test_runtime_api_callers_are_caught(gda_run):
     check_qp_trace(r.records(), r.summary["qps"][0], 200, ["write", "read", "fadd"])
     subs = [ev for ev in r.cold() if ev["ev"] == "cu_device_pointer" and ev["substituted"]]
     assert len(subs) == 1
+
+
+def test_queues_in_host_memory(gda_run):
+    """Send queues in pinned host memory (as NVSHMEM can place them): recovered with host copies."""
+    r = gda_run(["--mode", "ops", "-n", "300", "--ops", "write,read,fadd,writev", "--queues", "host", "--batch", "2"])
+    q = r.summary["qps"][0]
+    check_qp_trace(r.records(), q, 300, ["write", "read", "fadd", "writev"], batch=2)
+    c = [ev for ev in r.cold() if ev["ev"] == "devx_qp_create" and ev["qpn"] == q["qpn"]][0]
+    assert c["mem"] == "host" and c["gpu"] == -1
+    rep = r.report()
+    assert rep["repeaters"][0]["syncs"] == 0  # host copies are plain memcpy: nothing to wait for
+
+
+def test_attach_before_the_doorbells_are_mapped(tmp_path):
+    """`sigmatrace attach` while the program has not mapped its doorbell yet: everything after
+    the attach is substituted and recovered exactly as under spawn."""
+    from sigmatrace import gda
+    from sigmatrace.trace.reader import TraceDir
+
+    summary, trace = tmp_path / "s.json", tmp_path / "t"
+    prog = subprocess.Popen([str(gda.binary(BACKEND)), "--mode", "ops", "-n", "200", "--ops", "write,fadd",
+                             "--start-delay", "3", "--json", str(summary), "--quiet"], env=_env(),
+                            start_new_session=True)
+    try:
+        att = subprocess.run([sys.executable, "-m", "sigmatrace.cli.main", "attach", "--quiet", "--pid", str(prog.pid),
+                              "--duration", "20", "--out", str(trace)], env=_env(), capture_output=True, text=True,
+                             timeout=120)
+        assert prog.wait(timeout=60) == 0
+    finally:
+        if prog.poll() is None:
+            prog.kill()
+    s = json.loads(summary.read_text())
+    assert att.returncode == 0, att.stderr[-3000:]
+    assert s["verify"]["ok"]
+    p = TraceDir(trace).processes[0]
+    assert p.meta.get("attached") is True
+    recs = np.concatenate([st.read() for st in p.streams()])
+    check_qp_trace(recs, s["qps"][0], 200, ["write", "fadd"])
+
+
+def test_repeater_cpus_pins_the_repeater(gda_run):
+    r = gda_run(["--mode", "ops", "-n", "50", "--ops", "write"], spawn_args=["--repeater-cpus", "0"])
+    rep = r.report()["repeaters"]
+    assert [x["cpu"] for x in rep] == [0]
+    assert [ev["cpu"] for ev in r.cold() if ev["ev"] == "repeater_start"] == [0]
+
+
+@pytest.mark.parametrize("bad,msg", [(["--repeater-cpus", "two"], "not a CPU list"),
+                                     (["--repeater-cpus", "100000"], "not available here"),
+                                     (["--doorbells", "all"], "takes wqe or forward")])
+def test_bad_doorbell_options_are_one_line_errors(tmp_path, bad, msg):
+    p = subprocess.run([sys.executable, "-m", "sigmatrace.cli.main", "spawn", *bad, "--out", str(tmp_path / "t"),
+                        "--", "/bin/true"], env=_env(), capture_output=True, text=True, timeout=60)
+    assert p.returncode != 0 and msg in p.stderr and "Traceback" not in p.stderr
+    assert not (tmp_path / "t").exists()
+
+
+@pytest.mark.parametrize("mode", [["--mode", "latency", "-n", "300", "-w", "20", "--op", "fadd"],
+                                  ["--mode", "rate", "-n", "5000", "--qps", "3", "--batch", "8"]])
+def test_latency_and_rate_modes_traced(gda_run, mode):
+    r = gda_run(mode)
+    rep = r.report()
+    posted = sum(q["wqes"] for q in r.summary["qps"])
+    assert rep["wqes"] == posted and rep["wqe_losses"] == 0
+    assert len(rep["repeaters"]) == len(r.summary["qps"])
+    if mode[1] == "latency":
+        assert rep["wqe_ops"] == {"ATOMIC_FA": 320} and rep["doorbells"] == 320
+    else:
+        assert rep["wqe_ops"] == {"RDMA_WRITE": 15000}
+        # 8 WQEs a doorbell, and a 64-slot ring fills at a batch boundary: 625 rung per QP
+        assert [q["doorbells"] for q in r.summary["qps"]] == [625] * 3
+        assert rep["doorbells"] <= 3 * 625  # seen: fewer when they coalesced
+
+
+def test_pingpong_both_sides_through_repeaters(gda_run):
+    r = gda_run(["--mode", "pingpong", "-n", "300", "-w", "20"])
+    rep = r.report()
+    assert len(r.summary["qps"]) == 2 and len(rep["repeaters"]) == 2
+    recs = r.records()
+    for q in r.summary["qps"]:
+        assert q["doorbells"] == 320
+        mine = recs[recs["qpn"] == q["qpn"]]
+        w = by_type(mine, RecType.WQE)
+        # each side: 320 8-byte inline WRITEs to the other's flag
+        assert len(w) == 320 and set(w["op"].tolist()) == {0x08} and set(w["len"].tolist()) == {8}
+        assert set(w["addr"].tolist()) == {q["rbuf"] + 136 * 16 + 64}
+        seg = by_type(mine, RecType.WQE_SEG)
+        assert len(seg) == 320 and (seg["flags"] & int(RecFlag.INLINE)).all()

@@ -64,13 +64,16 @@ def test_wqe_parser_on_handwritten_wqes(progs):
     assert p.stdout.strip() == "checks 26 failures 0"
 
 
-@pytest.mark.parametrize("threshold,slots,effective", [(1, 64, 1), (128, 256, 128), (128, 64, 32), (64, 64, 32)])
-def test_one_doorbell_per_operation_every_wqe_exact(progs, threshold, slots, effective):
-    """Batch thresholds 1, 128 and the ring size (clamped to half the ring): N operations of each
-    kind rung one per doorbell give exactly N doorbells per kind and every WQE."""
+@pytest.mark.parametrize("threshold,slots,effective,before", [(1, 64, 1, 0), (128, 256, 128, 0), (128, 64, 32, 0),
+                                                              (64, 64, 32, 0), (1, 64, 1, 1), (128, 64, 32, 1)])
+def test_one_doorbell_per_operation_every_wqe_exact(progs, threshold, slots, effective, before):
+    """Batch thresholds 1, 128 and the ring size (clamped to half the ring), with the copy made
+    after the forward (default) or before it: N operations of each kind rung one per doorbell
+    give exactly N doorbells per kind and every WQE."""
     n_per_kind = 1000
     d = run(progs, "--ops", str(3 * n_per_kind), "--kinds", "write,read,fadd", "--slots", str(slots),
-            "--copier", "eager", "--cfg", f"wqe_batch={threshold}")
+            "--copier", "eager", "--cfg", f"wqe_batch={threshold}", "--cfg", f"wqe_copy_before_forward={before}",
+            "--cfg", "wqe_copy_chunk=1")
     q = d["qps"][0]
     assert_all_recovered(q, 3 * n_per_kind)
     assert q["rung"] == q["db_recs"] == q["nic_values"] == 3 * n_per_kind
@@ -82,6 +85,22 @@ def test_one_doorbell_per_operation_every_wqe_exact(progs, threshold, slots, eff
     assert q["repeater"]["syncs"] >= -(-3 * n_per_kind // effective)
     if effective == 1:
         assert q["repeater"]["syncs"] == 3 * n_per_kind
+
+
+@pytest.mark.parametrize("chunk", [1, 8, 32])
+def test_copies_cover_ranges_of_blocks(progs, chunk):
+    """With wqe_copy_chunk = C a copy is made once C announced blocks wait (or at the batch
+    threshold): fewer copies, every WQE still recovered (one WQE per doorbell, each waited for)."""
+    d = run(progs, "--ops", "3200", "--kinds", "write", "--copier", "lazy", "--cfg", f"wqe_copy_chunk={chunk}",
+            "--cfg", "wqe_batch=32")
+    q = d["qps"][0]
+    assert_all_recovered(q, 3200)
+    rep = q["repeater"]
+    assert rep["syncs"] >= 3200 // 32
+    # a copy covers `chunk` blocks, or less when the queue went quiet and was flushed early
+    assert 3200 // chunk <= rep["copies"] <= 3200 // chunk + rep["syncs"]
+    if chunk == 1:
+        assert rep["copies"] == 3200
 
 
 def test_coalesced_doorbells_still_account_every_wqe(progs):
@@ -114,7 +133,7 @@ def test_doorbell_with_the_last_wqe_control_word(progs):
 def test_a_jump_larger_than_the_ring_is_recorded_as_loss(progs):
     """The repeater is held inside its first copy while the GPU laps a 64-slot ring three times:
     the blocks that were overwritten are WQE_LOSS records, the rest WQEs, nothing twice."""
-    d = run(progs, "--ops", "1000", "--overrun", "3", "--copier", "eager")
+    d = run(progs, "--ops", "1000", "--overrun", "3", "--copier", "eager", "--cfg", "wqe_copy_chunk=1")
     q = d["qps"][0]
     # 193 blocks were posted while held; the first copy then found block 0 overwritten and the
     # next doorbell announced 192 more: all but the last ring's worth (64) are gone.

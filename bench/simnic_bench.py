@@ -1,0 +1,170 @@
+#!/usr/bin/env python3
+"""The emulated NIC's speed, side by side with a baseline measured in the same run.
+
+1. Message rate of 8-byte RDMA WRITEs between two processes (examples/rdma/rdma_stream: one
+   QP, and several; every write signaled, and one in 64 signaled), against the same hand-off
+   over a plain shared-memory ring between two processes (bench/simnic/shm_baseline.c: post ->
+   the other process stores the 8 bytes -> completion back).
+2. Ping-pong latency: Debian's ibv_rc_pingpong with 8-byte SENDs (polling; usec/iter is a
+   round trip), against an 8-byte ping-pong through shared memory.
+
+Each round runs every case on the NIC and its baseline back to back; the figures are medians
+over the rounds, with the range (min-max) beside them: on a shared machine single runs vary
+several-fold.
+
+    .venv/bin/python bench/simnic_bench.py [--writes N] [--iters N] [--rounds R] [--json FILE]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import shutil
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from sigmatrace import paths  # noqa: E402
+from sigmatrace.simnic import cleanup, environment, unique_fabric  # noqa: E402
+
+BIN = paths.LIB_DIR / "bin"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def run(argv: list[str], env: dict | None = None, timeout: float = 300) -> str:
+    p = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                         start_new_session=True)
+    try:
+        out, err = p.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(p.pid, signal.SIGKILL)
+        p.communicate()
+        raise SystemExit(f"{argv[0]} timed out")
+    if p.returncode:
+        raise SystemExit(f"{' '.join(argv)} exited {p.returncode}:\n{out}{err}")
+    return out + err
+
+
+def run_pair(server: list[str], client: list[str], env: dict, timeout: float = 300) -> tuple[str, str]:
+    srv = subprocess.Popen(server, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                           start_new_session=True)
+    try:
+        deadline = time.monotonic() + timeout
+        while True:
+            p = subprocess.run(client, env=env, capture_output=True, text=True,
+                               timeout=max(1, deadline - time.monotonic()))
+            if p.returncode == 0 or "onnect" not in p.stderr or time.monotonic() > deadline:
+                break
+            time.sleep(0.1)
+        sout, serr = srv.communicate(timeout=max(1, deadline - time.monotonic()))
+    finally:
+        if srv.poll() is None:
+            os.killpg(srv.pid, signal.SIGKILL)
+            srv.communicate()
+    if p.returncode or srv.returncode:
+        raise SystemExit(f"{client[0]}: client {p.returncode} server {srv.returncode}\n"
+                         f"{p.stdout}{p.stderr}{sout}{serr}")
+    return sout + serr, p.stdout + p.stderr
+
+
+def nic_rate(env: dict, writes: int, qps: int, every: int) -> float:
+    prog = str(BIN / "rdma_stream")
+    port = str(free_port())
+    args = ["-p", port, "-n", str(writes), "-s", "8", "-q", str(qps), "-c", str(every)]
+    _, out = run_pair([prog, *args], [prog, *args, "localhost"], env)
+    return float(re.search(r"([\d.]+) msg/s", out).group(1))
+
+
+def shm_rate(writes: int, qps: int, every: int) -> float:
+    out = run([str(BIN / "simnic_shm_baseline"), "rate", "-n", str(writes), "-q", str(qps), "-c", str(every)])
+    return float(re.search(r"([\d.]+) msg/s", out).group(1))
+
+
+def nic_latency(env: dict, iters: int) -> float:
+    prog = shutil.which("ibv_rc_pingpong")
+    if not prog:
+        raise SystemExit("ibv_rc_pingpong is missing (apt-get install ibverbs-utils)")
+    port = str(free_port())
+    args = ["-p", port, "-s", "8", "-n", str(iters)]
+    _, out = run_pair([prog, *args], [prog, *args, "localhost"], env)
+    return float(re.search(r"([\d.]+) usec/iter", out).group(1))
+
+
+def shm_latency(iters: int) -> float:
+    out = run([str(BIN / "simnic_shm_baseline"), "lat", "-n", str(iters)])
+    return float(re.search(r"([\d.]+) usec/iter", out).group(1))
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--writes", type=int, default=2_000_000, help="RDMA writes per rate case")
+    ap.add_argument("--qps", type=int, default=4, help="QPs of the several-QP case")
+    ap.add_argument("--iters", type=int, default=20_000, help="ping-pong iterations")
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--json", type=Path, help="also write the figures here")
+    a = ap.parse_args()
+    for name in ("rdma_stream", "simnic_shm_baseline"):
+        if not (BIN / name).exists():
+            raise SystemExit(f"{BIN / name} is not built: python native/build.py")
+    writes = a.writes - a.writes % (64 * a.qps)
+    fabric = unique_fabric("bench")
+    env = {**os.environ, **environment(devices=1, fabric=fabric)}
+    cases = [
+        (f"8 B RDMA WRITE, 1 QP, every write signaled", "msg/s",
+         lambda: nic_rate(env, writes, 1, 1), lambda: shm_rate(writes, 1, 1)),
+        (f"8 B RDMA WRITE, 1 QP, 1 in 64 signaled", "msg/s",
+         lambda: nic_rate(env, writes, 1, 64), lambda: shm_rate(writes, 1, 64)),
+        (f"8 B RDMA WRITE, {a.qps} QPs, every write signaled", "msg/s",
+         lambda: nic_rate(env, writes, a.qps, 1), lambda: shm_rate(writes, a.qps, 1)),
+        ("8 B ping-pong round trip (ibv_rc_pingpong)", "usec",
+         lambda: nic_latency(env, a.iters), lambda: shm_latency(a.iters)),
+    ]
+    results: dict[str, dict[str, list[float]]] = {c[0]: {"simnic": [], "shm": []} for c in cases}
+    try:
+        for r in range(a.rounds):
+            for name, _unit, nic, shm in cases:
+                results[name]["simnic"].append(nic())
+                results[name]["shm"].append(shm())
+            print(f"round {r + 1}/{a.rounds} done", file=sys.stderr)
+    finally:
+        cleanup(fabric)
+    load = os.getloadavg()[0]
+    print(f"\nemulated NIC vs shared-memory ring baseline (medians of {a.rounds} rounds; "
+          f"{os.cpu_count()} cores, load {load:.2f}; {writes:,} writes, {a.iters:,} ping-pongs)")
+    print(f"{'case':<46} {'unit':>7} {'simnic':>8} {'(range)':>15} {'shm ring':>8} {'(range)':>15} {'ratio':>6}")
+    summary = {}
+    for name, unit, _nic, _shm in cases:
+        nic_all, shm_all = results[name]["simnic"], results[name]["shm"]
+        nic_v, shm_v = statistics.median(nic_all), statistics.median(shm_all)
+        scale, shown = (1e6, "M msg/s") if unit == "msg/s" else (1.0, "usec")
+
+        def fig(v):
+            return f"{v / scale:.2f}"
+
+        def span(vs):
+            return f"({fig(min(vs))}-{fig(max(vs))})"
+
+        print(f"{name:<46} {shown:>7} {fig(nic_v):>8} {span(nic_all):>15} {fig(shm_v):>8} {span(shm_all):>15} "
+              f"{nic_v / shm_v:>6.2f}")
+        summary[name] = {"unit": unit, "simnic": results[name]["simnic"], "shm": results[name]["shm"],
+                         "simnic_median": nic_v, "shm_median": shm_v}
+    if a.json:
+        a.json.write_text(json.dumps({"load": load, "cores": os.cpu_count(), "cases": summary}, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
