@@ -47,7 +47,45 @@
 
   // ------------------------------------------------------------------ context hooks
 
+  // The extended create calls (ibv_create_qp_ex, ibv_create_cq_ex) are inline in verbs.h and
+  // call the provider through the verbs context: hook the provider functions they reach, once.
+  const extHooked = new Set();
+
+  function hookExtended(ctx) {
+    const specs = [
+      [0, 'ibv_create_qp_ex', 'qp_create', (ret, self) => vfmt('st_vfmt_qp_create', ['pointer', 'pointer'], [ret, self.attr])],
+      [1, 'ibv_create_cq_ex', 'cq_create', (ret, self) => vfmt('st_vfmt_cq', ['pointer', 'pointer'], [ret, self.attr.add(Process.pointerSize * 2).readPointer()])],
+    ];
+    for (const [which, name, ev, fields] of specs) {
+      const fn = rfn('st_verbs_ext_op', 'pointer', ['pointer', 'int'])(ctx, which);
+      if (fn.isNull() || extHooked.has(fn.toString())) continue;
+      extHooked.add(fn.toString());
+      try {
+        api.attach(fn, {
+          onEnter(args) {
+            this.rec = api.enter(OWNER);
+            if (!this.rec) return;
+            this.ts = api.now();
+            this.attr = args[1];
+          },
+          onLeave(ret) {
+            api.leave(OWNER);
+            if (!this.rec) return;
+            try {
+              emit(this.ts, ev, name, ret.isNull() ? '"' + (which ? 'cq' : 'qp') + '":0' : fields(ret, this), retOf(ret));
+            } catch (e) {
+              api.error('verbs:' + name, e);
+            }
+          },
+        }, OWNER);
+      } catch (e) {
+        api.error('verbs:' + name, e);
+      }
+    }
+  }
+
   function hookContext(ctx, how) {
+    hookExtended(ctx);
     const n = rfn('st_verbs_hook_context', 'int', ['pointer'])(ctx);
     if (n >= 0) hookedContexts.add(ctx.toString());
     const mask = rfn('st_verbs_hooked_mask', 'int', ['pointer'])(ctx);
@@ -180,8 +218,21 @@
           emit(self.ts, 'qp_query_call', 'ibv_query_qp', vfmt('st_vfmt_qp', ['pointer'], [self.qp]) + ',"mask":' + self.mask, ret.toInt32());
         },
       }],
+      ['ibv_qp_to_qp_ex', {
+        // the ibv_wr_* send API: per-QP function pointers, hooked before the application can
+        // use them (it needs this call to reach them)
+        leave(ret, self) {
+          if (ret.isNull()) return;
+          const n = rfn('st_verbs_hook_qp_ex', 'int', ['pointer'])(ret);
+          api.cold(self.ts, '"ev":"qp_ex","fn":"ibv_qp_to_qp_ex",' + vfmt('st_vfmt_qp', ['pointer'], [ret]) +
+            ',"wr_hooks":' + n);
+        },
+      }],
       ['ibv_destroy_qp', {
-        enter(args, self) { self.text = vfmt('st_vfmt_qp', ['pointer'], [args[0]]); },
+        enter(args, self) {
+          self.text = vfmt('st_vfmt_qp', ['pointer'], [args[0]]);
+          rfn('st_verbs_forget_qp', 'void', ['pointer'])(args[0]);
+        },
         leave(ret, self) { emit(self.ts, 'qp_destroy', 'ibv_destroy_qp', self.text, ret.toInt32()); },
       }],
     ];
@@ -425,6 +476,7 @@
   function uninstall() {
     for (const c of hookedContexts) rfn('st_verbs_unhook_context', 'int', ['pointer'])(ptr(c));
     hookedContexts.clear();
+    extHooked.clear();
   }
 
   api.registerProvider({ name: OWNER, libraries: [LIB], install, afterInstall, uninstall });

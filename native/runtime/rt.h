@@ -288,6 +288,7 @@ uint64_t st_cold_count(void);
 uint64_t st_cold_drop_count(void);
 void st_run_stop_hooks(int reason);
 void st_verbs_restore_all(void);          /* verbs_hot.c: put every replaced slot back */
+void st_verbs_wr_restore_all(void);       /* verbs_wr.c: the same for ibv_qp_ex functions */
 uint32_t st_gettid(void);
 
 #endif

@@ -268,3 +268,20 @@ ST_EXPORT int st_verbs_offsetof(int what)
     default: return -1;
     }
 }
+
+/* Extended verbs entry points of a context that verbs.h calls inline (no exported symbol to
+ * hook): 0 create_qp_ex, 1 create_cq_ex.  NULL when the provider has none. */
+ST_EXPORT void *st_verbs_ext_op(struct ibv_context *ctx, int which)
+{
+    struct verbs_context *v;
+    switch (which) {
+    case 0:
+        v = verbs_get_ctx_op(ctx, create_qp_ex);
+        return v ? (void *)v->create_qp_ex : NULL;
+    case 1:
+        v = verbs_get_ctx_op(ctx, create_cq_ex);
+        return v ? (void *)v->create_cq_ex : NULL;
+    default:
+        return NULL;
+    }
+}

@@ -46,6 +46,8 @@ def _process_summary(p, qps: dict, totals: dict) -> dict:
         fn = ev.get("fn")
         if fn:
             totals["calls"][fn] += 1
+        if ev.get("ev") == "not_traced":
+            totals["not_traced"].append({"pid": p.pid, "api": ev.get("api"), "qpn": ev.get("qpn"), "why": ev.get("why")})
     if snap is not None:
         h = snap.header
         cov = int(h["coverage"])
@@ -142,7 +144,7 @@ def _qp(qps: dict, p, qpn: int) -> dict:
 
 
 def compute(td: TraceDir) -> dict:
-    totals = {"calls": Counter(), "ops": Counter(), "bytes": 0, "drops": 0, "records": Counter(), "calibrations": 0,
+    totals = {"calls": Counter(), "ops": Counter(), "bytes": 0, "drops": 0, "records": Counter(), "calibrations": 0, "not_traced": [],
               "recv_wrs": 0, "recv_bytes": 0, "completions": 0, "completion_errors": 0}
     qps: dict = {}
     processes = [_process_summary(p, qps, totals) for p in td.processes]
@@ -176,6 +178,7 @@ def compute(td: TraceDir) -> dict:
         "calibrations": totals["calibrations"],
         "qps": sorted(qps.values(), key=lambda q: (q["process"], q["qpn"])),
         "drops": totals["drops"],
+        "not_traced": totals["not_traced"],
         "coverage": coverage,
         "providers": {k: sorted(v) for k, v in sorted(providers.items())},
         "processes": processes,
@@ -203,6 +206,8 @@ def render(report: dict, console) -> None:
     head.add_row("received", f"{report.get('recv_wrs', 0)} receive WRs posted, {report.get('completions', 0)} completions"
                  + (f" ([red]{report['completion_errors']} with errors[/])" if report.get("completion_errors") else ""))
     console.print(Panel(head, title="sigmatrace capture", expand=False))
+    for nt in report.get("not_traced", []):
+        console.print(f"[yellow]pid {nt['pid']} QP {nt['qpn']}: {nt['why']} ({nt['api']}).[/]")
     if not cov.get("hooks_installed"):
         console.print("[yellow]No hooks were installed: the program never loaded a traced library "
                       "(e.g. libibverbs), so zero counts here mean nothing was observable.[/]")

@@ -159,3 +159,29 @@ def test_omitted_provider_installs_nothing(tmp_path):
     assert meta["providers"] == ({"cuda": "waiting"} if "cuda" in available_agent_providers() else {})
     assert "hooks" not in meta
     assert any(os.path.basename(lib["path"]) == "libibverbs.so.1" for lib in meta["libraries"])
+
+
+@pytest.mark.skipif(PINGPONG is None, reason="ibverbs-utils (ibv_rc_pingpong) is not installed")
+@pytest.mark.parametrize("mode", ["simple", "full"])
+def test_new_send_api(tmp_path, mode):
+    """ibv_rc_pingpong -N creates its QP with ibv_create_qp_ex (inline in verbs.h: caught at the
+    provider function it reaches) and posts with the ibv_wr_* API (ibv_qp_ex function pointers,
+    hooked when the program asks for its ibv_qp_ex): counted and recorded like post_send."""
+    env = simnic_env()
+    iters, size, port = 300, 1024, free_port()
+    server = start_cmd([PINGPONG, "-N", "-n", str(iters), "-s", str(size), "-p", str(port)], env=env)
+    time.sleep(0.5)
+    res = sigmatrace("spawn", "-q", "--mode", mode, "--out", tmp_path / "t", "--", PINGPONG, "-N", "-n", iters,
+                     "-s", size, "-p", port, "127.0.0.1", env=env, timeout=120)
+    wait_cmd(server, timeout=60)
+    assert res.returncode == 0 and f"{iters} iters in" in res.stdout
+    r = report(tmp_path / "t")
+    assert r["calls"]["ibv_create_qp_ex"] == 1 and "ibv_create_qp" not in r["calls"]
+    [qp] = r["qps"]
+    assert qp["type"] == "RC" and qp["known_from"] == "create" and qp["remote_qpn"] is not None
+    assert r["calls"]["ibv_post_send"] == iters  # one wr_start .. wr_complete batch per message
+    assert r["ops"] == {"SEND": iters} and r["bytes"] == iters * size and r["drops"] == 0
+    assert qp["ops"] == iters and qp["ops_by_opcode"] == {"SEND": iters}
+    assert r["records"] == ({"POST_SEND": iters} if mode == "simple" else
+                            {"SEND_WR": iters, "RECV_WR": recv_wrs_posted(iters), "COMPLETION": 2 * iters})
+    assert r["completions"] == 2 * iters and r["calls"]["ibv_post_recv"] == recv_wrs_posted(iters)

@@ -173,3 +173,42 @@ def test_controller_lost(harness, tmp_path):
 def test_set_original(harness, tmp_path):
     out = run(harness, tmp_path / "p1", "run", "simple", threads=1, calls=1)
     assert out["orig_known"] == 0 and out["orig_unknown"] == -1
+
+
+@pytest.mark.parametrize("mode", ["aggregate", "simple", "full"])
+def test_wr_api(harness, tmp_path, mode):
+    """The ibv_wr_* API: a wr_start .. wr_complete batch is one post (RDMA_WRITE 200 B,
+    SEND_WITH_IMM 110 B over two SGEs, FETCH_AND_ADD 8 B); an aborted batch posts nothing."""
+    d = tmp_path / "p1"
+    out = run(harness, d, "wr", mode, threads=2, calls=3000)
+    calls = 2 * 3000
+    assert out["hooked"] == 8 and out["restored"] == 1
+    # everything reached the provider: 4 ops a call (one aborted), 318 SGE bytes, completes/aborts
+    assert out["provider_sends"] == 4 * calls and out["provider_recvs"] == 318 * calls
+    assert out["provider_polls"] == calls * 1000 + calls
+    proc = ProcessTrace(d)
+    snap = proc.live()
+    t = snap.threads
+    assert int(t["calls"][:, lv.Call.POST_SEND].sum()) == calls
+    ops = {op: int(t["ops"][:, op].sum()) for op in range(32) if int(t["ops"][:, op].sum())}
+    assert ops == {0: calls, 3: calls, 6: calls}  # RDMA_WRITE, SEND_WITH_IMM, ATOMIC_FETCH_AND_ADD
+    assert [int(t["bytes"][:, op].sum()) for op in (0, 3, 6)] == [200 * calls, 110 * calls, 8 * calls]
+    _, recs = records(proc)
+    if mode == "aggregate":
+        assert len(recs) == 0
+    elif mode == "simple":
+        assert len(recs) == calls and set(recs["type"]) == {fmt.RecType.POST_SEND}
+        assert set(recs["aux32"]) == {3} and set(recs["len"]) == {318} and set(recs["op"]) == {0}
+        assert set(recs["key"]) == {9} and set(recs["addr"]) == {0x1000} and set(recs["flags"]) == {fmt.RecFlag.SIGNALED}
+        assert sorted(recs["extra"]) == sorted(list(range(3000)) * 2)
+    else:
+        kinds = {fmt.RecType(k).name: int(n) for k, n in zip(*np.unique(recs["type"], return_counts=True))}
+        assert kinds == {"SEND_WR": 3 * calls, "ATOMIC_ARGS": calls}
+        sends = recs[recs["type"] == fmt.RecType.SEND_WR]
+        imm = sends[sends["op"] == 3]
+        assert set(imm["aux32"]) == {77} and set(imm["aux"]) == {2} and set(imm["len"]) == {110}
+        fa = sends[sends["op"] == 6]
+        assert set(fa["key"]) == {5} and set(fa["addr"]) == {0x3000}
+        args = recs[recs["type"] == fmt.RecType.ATOMIC_ARGS]
+        assert set(args["addr"]) == {3} and set(args["flags"]) == {fmt.RecFlag.CONT}
+    assert int(snap.header["records_dropped"]) == 0

@@ -9,7 +9,11 @@
  *   exit    the same, no st_stop: the process exits and the runtime flushes on its own
  *   reinit  one session into DIR/a, st_stop, a second into DIR/b
  *   lost    controller_pid is a child that is killed half way: recording must stop by itself
+ *   wr      the ibv_wr_* API on a fake ibv_qp_ex: per call, one batch of RDMA_WRITE (one SGE of
+ *           200 B), SEND_WITH_IMM (an SGE list of 50 + 60 B) and FETCH_AND_ADD, completed; then
+ *           one batch that is aborted
  */
+#include <arpa/inet.h>
 #include <dlfcn.h>
 #include <infiniband/verbs.h>
 #include <pthread.h>
@@ -51,6 +55,21 @@ static int fake_poll_cq(struct ibv_cq *cq, int n, struct ibv_wc *wc)
     return 1;
 }
 
+/* a provider's ibv_wr_* functions: count what reaches them */
+static long wr_ops, wr_completes, wr_aborts, wr_sge_bytes;
+static void fake_wr_start(struct ibv_qp_ex *q) {}
+static int fake_wr_complete(struct ibv_qp_ex *q) { __atomic_fetch_add(&wr_completes, 1, __ATOMIC_RELAXED); return 0; }
+static void fake_wr_abort(struct ibv_qp_ex *q) { __atomic_fetch_add(&wr_aborts, 1, __ATOMIC_RELAXED); }
+static void fake_wr_write(struct ibv_qp_ex *q, uint32_t rkey, uint64_t a) { __atomic_fetch_add(&wr_ops, 1, __ATOMIC_RELAXED); }
+static void fake_wr_send_imm(struct ibv_qp_ex *q, __be32 imm) { __atomic_fetch_add(&wr_ops, 1, __ATOMIC_RELAXED); }
+static void fake_wr_fetch_add(struct ibv_qp_ex *q, uint32_t rkey, uint64_t a, uint64_t add) { __atomic_fetch_add(&wr_ops, 1, __ATOMIC_RELAXED); }
+static void fake_wr_sge(struct ibv_qp_ex *q, uint32_t lkey, uint64_t a, uint32_t len) { __atomic_fetch_add(&wr_sge_bytes, len, __ATOMIC_RELAXED); }
+static void fake_wr_sge_list(struct ibv_qp_ex *q, size_t n, const struct ibv_sge *l)
+{
+    for (size_t i = 0; i < n; i++)
+        __atomic_fetch_add(&wr_sge_bytes, l[i].length, __ATOMIC_RELAXED);
+}
+
 static struct ibv_context ctx;
 static struct ibv_cq cq;
 static struct ibv_qp qp;
@@ -75,6 +94,39 @@ static void *worker(void *arg)
         ibv_poll_cq(&cq, 1, &wc);
     }
     return NULL;
+}
+
+static struct ibv_qp_ex qpx;
+
+static void *wr_worker(void *arg)
+{
+    struct ibv_sge list[2] = {{.length = 50}, {.length = 60}};
+    for (long i = 0; i < calls_per_thread; i++) {
+        ibv_wr_start(&qpx);
+        qpx.wr_id = (uint64_t)i;
+        qpx.wr_flags = IBV_SEND_SIGNALED;
+        ibv_wr_rdma_write(&qpx, 9, 0x1000);
+        ibv_wr_set_sge(&qpx, 1, 0x2000, 200);
+        qpx.wr_flags = 0;
+        ibv_wr_send_imm(&qpx, htonl(77));
+        ibv_wr_set_sge_list(&qpx, 2, list);
+        ibv_wr_atomic_fetch_add(&qpx, 5, 0x3000, 3);
+        ibv_wr_set_sge(&qpx, 1, 0x4000, 8);
+        ibv_wr_complete(&qpx);
+        ibv_wr_start(&qpx);
+        ibv_wr_rdma_write(&qpx, 9, 0x1000);
+        ibv_wr_abort(&qpx);
+    }
+    return NULL;
+}
+
+static void run_threads_of(int n, void *(*fn)(void *))
+{
+    pthread_t t[64];
+    for (int i = 0; i < n; i++)
+        pthread_create(&t[i], NULL, fn, NULL);
+    for (int i = 0; i < n; i++)
+        pthread_join(t[i], NULL);
 }
 
 static void run_threads(int n)
@@ -146,6 +198,26 @@ int main(int argc, char **argv)
         run_threads(threads);
         st_stop(1);
         restored = ctx.ops.post_send == fake_post_send;
+    } else if (!strcmp(scenario, "wr")) {
+        int (*hook_qpx)(struct ibv_qp_ex *) = dlsym(h, "st_verbs_hook_qp_ex");
+        qpx.qp_base = qp;
+        qpx.wr_start = fake_wr_start;
+        qpx.wr_complete = fake_wr_complete;
+        qpx.wr_abort = fake_wr_abort;
+        qpx.wr_rdma_write = fake_wr_write;
+        qpx.wr_send_imm = fake_wr_send_imm;
+        qpx.wr_atomic_fetch_add = fake_wr_fetch_add;
+        qpx.wr_set_sge = fake_wr_sge;
+        qpx.wr_set_sge_list = fake_wr_sge_list;
+        hooked = start(dir, mode, ring, 0);
+        hooked = hook_qpx(&qpx);
+        run_threads_of(threads, wr_worker);
+        st_stop(1);
+        restored = qpx.wr_start == fake_wr_start && qpx.wr_complete == fake_wr_complete &&
+                   qpx.wr_rdma_write == fake_wr_write && qpx.wr_set_sge == fake_wr_sge;
+        provider_sends = wr_ops;
+        provider_recvs = wr_sge_bytes;
+        provider_polls = wr_completes * 1000 + wr_aborts;
     } else if (!strcmp(scenario, "lost")) {
         pid_t c = fork();
         if (c == 0) {
