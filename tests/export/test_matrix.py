@@ -9,8 +9,6 @@ from sigmatrace.correlate.correlator import Correlator
 from sigmatrace.correlate.matrix import build
 from sigmatrace.trace.synth import SynthTrace, WR_RDMA_READ
 
-from .conftest import build_two_nodes
-
 
 def _cells(m):
     return {(m.labels[i], m.labels[j]): (int(m.bytes[i, j]), int(m.ops[i, j]))

@@ -4,8 +4,6 @@ import json
 from sigmatrace.correlate.correlator import Correlator
 from sigmatrace.trace.writer import make_dir, write_json
 
-from .conftest import build_two_nodes
-
 
 def _proc(root, host, pid, events):
     d = make_dir(root / host)
