@@ -171,8 +171,12 @@ class PerfettoSink(Sink):
         td.process.process_name = f"{p.label}{rank} {exe}".strip()
         td.process.cmdline.extend(p.argv)
         self._descriptor(td)
+        # threads with records get their tracks now (in tid order); others when an event names them
+        # (a stream of CALIB records only, such as the runtime's flusher, gets none)
+        busy = {s.tid for s in p.streams if int(s.type_counts.sum() - s.type_counts[RT.CALIB])}
         for tid, name in sorted(p.thread_names().items()):
-            self._describe_thread(p, tid, name)
+            if tid in busy:
+                self._describe_thread(p, tid, name)
 
     def _describe_thread(self, p: Proc, tid: int, name: str | None = None) -> int:
         u = self.uuid(K_THREAD, p.index, tid)

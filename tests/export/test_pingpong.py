@@ -260,3 +260,14 @@ def test_srq_pingpong_four_qp_pairs(tmp_path):
                 recv_pairs[a["qpn"]] += 1
     assert recv_pairs == sends
     assert len(src) == 2 * sum(sends.values())      # each send to its receive, and to its own completion
+
+
+def test_one_thread_track_per_side(run, exported):
+    """The runtime's flusher writes a stream of CALIB records only: it is used for the clock,
+    and makes no empty track."""
+    pt = exported
+    threads = [td for td in pt.tracks.values() if td.HasField("thread")]
+    assert sorted(td.thread.thread_name for td in threads) == ["ibv_rc_pingpong", "ibv_rc_pingpong"]
+    from sigmatrace.correlate.correlator import Correlator
+    c = Correlator([run["server"], run["client"]])
+    assert all(len(p.calib) >= 2 and p.clock.points >= 2 for p in c.procs)   # the flusher's triples are used
