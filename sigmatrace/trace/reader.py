@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterator
@@ -85,10 +86,20 @@ class StreamFile:
                 if len(good):
                     yield good
 
+    def raw_chunks(self, chunk_records: int = DEFAULT_CHUNK_RECORDS) -> Iterator[np.ndarray]:
+        """Every whole record, unvalidated, in chunks: for quick scans of a column."""
+        with open(self.path, "rb") as f:
+            f.seek(fmt.STREAM_HEADER_SIZE)
+            for start in range(0, self.n_records, chunk_records):
+                yield np.fromfile(f, dtype=fmt.RECORD_DTYPE, count=min(chunk_records, self.n_records - start))
+
     def read(self) -> np.ndarray:
         """All sound records of the stream."""
         parts = list(self.chunks())
-        return np.concatenate(parts) if parts else np.zeros(0, fmt.RECORD_DTYPE)
+        if not parts:
+            return np.zeros(0, fmt.RECORD_DTYPE)
+        # joined as bytes: numpy concatenates structured arrays field by field, ~40x slower
+        return np.concatenate([p.view(np.uint8).reshape(-1) for p in parts]).view(fmt.RECORD_DTYPE)
 
     def _validate(self, recs: np.ndarray, start: int, expected: int) -> tuple[np.ndarray, int]:
         """Keep records whose seq continues the stream and whose type is known; report the rest.
@@ -99,10 +110,11 @@ class StreamFile:
         bad_type = (recs["type"] == 0) | (recs["type"] >= fmt.RecType.POST_SRQ_RECV + 1)
         unwritten = seq == 0
         ok = ~(bad_type | unwritten)
+        all_ok = bool(ok.all())
         # seq must increase by one between consecutive sound records
-        idx = np.flatnonzero(ok)
+        idx = np.arange(len(ok)) if all_ok else np.flatnonzero(ok)
         if len(idx):
-            s = seq[idx]
+            s = seq if all_ok else seq[idx]
             prev = np.concatenate(([expected - 1], s[:-1]))
             # seq runs 1..0xffffffff and then starts again at 1 (0 means unwritten)
             jumps = np.flatnonzero((s != prev + 1) & ~((prev == 0xFFFFFFFF) & (s == 1)))
@@ -112,13 +124,16 @@ class StreamFile:
             if len(jumps) > 16:
                 self.problems.append(Problem(self.path, None, f"{len(jumps) - 16} more sequence jumps"))
             expected = int(s[-1]) + 1
+        if all_ok:
+            return recs, expected
         nbad = int((~ok).sum())
-        if nbad:
-            first = int(np.flatnonzero(~ok)[0])
-            off = fmt.STREAM_HEADER_SIZE + (start + first) * fmt.RECORD_SIZE
-            self.problems.append(Problem(self.path, off, f"{nbad} unreadable record(s) skipped "
-                                                         "(unwritten or unknown type)"))
-        return recs[ok], expected
+        first = int(np.flatnonzero(~ok)[0])
+        off = fmt.STREAM_HEADER_SIZE + (start + first) * fmt.RECORD_SIZE
+        self.problems.append(Problem(self.path, off, f"{nbad} unreadable record(s) skipped "
+                                                     "(unwritten or unknown type)"))
+        # structured boolean indexing copies field by field: select whole 48-byte rows instead
+        rows = recs.view(np.uint8).reshape(-1, fmt.RECORD_SIZE)[ok]
+        return rows.view(fmt.RECORD_DTYPE).reshape(-1), expected
 
 
 @dataclass
@@ -156,10 +171,15 @@ def read_cold(path: str | os.PathLike) -> ColdEvents:
 
 
 class ProcessTrace:
-    """One p<pid>/ directory."""
+    """One p<pid>/ directory.
 
-    def __init__(self, path: str | os.PathLike):
+    `node` is the host name a merged trace filed the process under (nodes/<host>/p<pid>);
+    `default_host` the session's host, used when meta.json lacks one."""
+
+    def __init__(self, path: str | os.PathLike, node: str | None = None, default_host: str | None = None):
         self.path = Path(path)
+        self.node = node
+        self._default_host = default_host
         self.problems: list[Problem] = []
         try:
             # p<pid>, or p<pid>.<n> for a later program image of the same pid (exec)
@@ -168,6 +188,12 @@ class ProcessTrace:
             raise TraceFormatError(f"{self.path}: not a process directory (expected p<pid>)") from None
         self.meta = _read_json(self.path / "meta.json", self.problems) or {"pid": self.pid}
         self._cold: ColdEvents | None = None
+
+    @property
+    def host(self) -> str:
+        """The node the process ran on: meta.json, else the merged layout's directory, else the
+        session's host."""
+        return str(self.meta.get("host") or self.node or self._default_host or "unknown")
 
     def live(self) -> LiveSnapshot | None:
         """The live block's state, or None (with a Problem) where there is none or it is damaged."""
@@ -203,7 +229,10 @@ class ProcessTrace:
 
 
 class TraceDir:
-    """A trace directory: session.json plus p<pid>/ directories."""
+    """A trace directory: session.json plus p<pid>/ directories.
+
+    A merged trace (`sigmatrace merge`) files its processes as nodes/<host>/p<pid>/; both layouts
+    may appear in one directory and `processes` lists them all."""
 
     def __init__(self, path: str | os.PathLike):
         self.path = Path(path)
@@ -212,15 +241,21 @@ class TraceDir:
         self.problems: list[Problem] = []
         self.session = _read_json(self.path / "session.json", self.problems)
         procs = sorted(p for p in self.path.glob("p[0-9]*") if p.is_dir())
-        if self.session is None and not procs:
+        nested = sorted(p for p in self.path.glob("nodes/*/p[0-9]*") if p.is_dir() and _PROC_DIR.match(p.name))
+        if self.session is None and not procs and not nested:
             raise TraceFormatError(f"{self.path}: not a sigmatrace trace (no session.json and no p<pid>/ directories)")
-        self.processes = [ProcessTrace(p) for p in procs]
+        host = (self.session or {}).get("host")
+        self.processes = [ProcessTrace(p, default_host=host) for p in procs]
+        self.processes += [ProcessTrace(p, node=p.parent.name) for p in nested]
 
     def all_problems(self) -> list[Problem]:
         out = list(self.problems)
         for p in self.processes:
             out.extend(p.problems)
         return out
+
+
+_PROC_DIR = re.compile(r"p\d+(\.\d+)?$")
 
 
 def _read_json(path: Path, problems: list[Problem]) -> dict | None:

@@ -1,0 +1,90 @@
+"""`sigmatrace matrix`: communication volume from each source to each destination."""
+from __future__ import annotations
+
+import enum
+from pathlib import Path
+
+import typer
+from rich.console import Console
+
+HELP = """Communication matrix: bytes and operations from each source to each destination.
+
+Sources and destinations are nodes, processes, GPUs or QPs (--by).  Host-posted work requests,
+GPU-posted WQEs and aggregate-mode totals all count; reads count from the side that holds
+the data.  Operations whose peer is not in the given traces are listed as unresolved.
+
+\b
+Examples:
+  sigmatrace matrix run/ --by node
+  sigmatrace matrix node-a/ node-b/ --by gpu --json gpu.json --png gpu.png
+"""
+
+
+class By(str, enum.Enum):
+    node = "node"
+    process = "process"
+    gpu = "gpu"
+    qp = "qp"
+
+
+class Metric(str, enum.Enum):
+    bytes = "bytes"
+    ops = "ops"
+
+
+def register(app: typer.Typer) -> None:
+    app.command("matrix", help=HELP, no_args_is_help=True)(matrix)
+
+
+def matrix(
+    traces: list[Path] = typer.Argument(..., metavar="TRACE...", help="Trace directories (plain or merged)."),
+    by: By = typer.Option(By.process, "--by", help="Aggregate by node, process, gpu or qp."),
+    json_out: Path | None = typer.Option(None, "--json", metavar="OUT", help="Write the matrix as JSON."),
+    png: Path | None = typer.Option(None, "--png", metavar="OUT", help="Draw the matrix as a heatmap PNG."),
+    metric: Metric = typer.Option(Metric.bytes, "--metric", help="What the PNG shows."),
+) -> None:
+    from rich.table import Table
+
+    from ..correlate.correlator import Correlator
+    from ..correlate.matrix import UNRESOLVED, build
+    from ..export.heatmap import draw, human_bytes
+    from ..export.summary import show_drops, show_problems
+    from ..export.ui import RichUI
+    from ..trace.writer import FILE_MODE
+
+    err = Console(stderr=True)
+    with RichUI(err) as progress:
+        c = Correlator(traces, progress)
+        m = build(c, by.value)
+    out = Console()
+    t = Table(title=f"bytes (ops) by {by.value}: rows send to columns", title_justify="left", show_edge=False)
+    t.add_column("source \\ destination", overflow="fold")
+    for lab in m.labels:
+        t.add_column(lab, justify="right", overflow="fold")
+    if m.unresolved:
+        t.add_column(UNRESOLVED, justify="right", overflow="fold")
+    t.add_column("total", justify="right", style="bold", overflow="fold")
+    for i, lab in enumerate(m.labels):
+        cells = [f"{human_bytes(m.bytes[i, j])} ({m.ops[i, j]:,})" if m.ops[i, j] or m.bytes[i, j] else "-"
+                 for j in range(len(m.labels))]
+        un = m.unresolved.get(lab)
+        if m.unresolved:
+            cells.append(f"{human_bytes(un[1])} ({un[0]:,})" if un else "-")
+        tot_b = int(m.bytes[i].sum()) + (un[1] if un else 0)
+        tot_o = int(m.ops[i].sum()) + (un[0] if un else 0)
+        t.add_row(lab, *cells, f"{human_bytes(tot_b)} ({tot_o:,})")
+    out.print(t)
+    out.print(f"total: {m.total_bytes:,} bytes in {m.total_ops:,} operations", soft_wrap=True)
+    if json_out is not None:
+        import json
+        import os
+        fd = os.open(json_out, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, FILE_MODE)
+        with os.fdopen(fd, "w") as f:
+            json.dump(m.to_json(), f, indent=1)
+            f.write("\n")
+        err.print(f"matrix written to {json_out}")
+    if png is not None:
+        draw(m, png, metric.value)
+        err.print(f"heatmap written to {png}")
+    show_drops(err, c)
+    show_problems(err, c.problems)

@@ -1,0 +1,69 @@
+"""Flows between an operation and its completion, as ids both ends compute alike.
+
+Columns added to a batch (0 = none):
+  flow_out    on a receive-consuming send (SEND_WR or WQE): the flow to the peer's receive completion
+  flow_local  on a signaled work request: the flow to its own completion
+  flow_in     on a completion: the flow that ends there
+
+A flow is emitted only when both ends exist (ordinal below both sides' counts from the scan),
+so a send whose receive was never polled, or whose peer was not traced, carries none.  QPs made
+before an attach get no flows: their first operations were not seen, so ordinals would not line
+up.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from . import ops as O
+from .correlator import FlowCounts
+from .events import Batch
+from .topology import Topology
+
+
+class FlowMatcher:
+    def __init__(self, topology: Topology, stats: FlowCounts):
+        self.topo = topology
+        self.stats = stats
+        self.state: dict[str, dict] = {k: {} for k in ("send_consumer", "signaled", "recv_comp", "send_comp")}
+
+    def annotate(self, b: Batch, ep: np.ndarray, peer: np.ndarray) -> None:
+        n = b.n
+        out = np.zeros(n, np.uint64)
+        local = np.zeros(n, np.uint64)
+        inn = np.zeros(n, np.uint64)
+        cats = O.categories(b)
+        known = ep >= 0
+        # send -> receive: RC QPs seen from their first operation on, on both sides (not made
+        # before an attach); signaled -> completion: the QP seen from its first operation on
+        reliable = np.zeros(n, bool)
+        whole = np.zeros(n, bool)
+        if len(self.topo.matchable):
+            reliable[known] = self.topo.matchable[ep[known]]
+            whole[known] = self.topo.from_start[ep[known]]
+        st = self.stats
+        m = np.flatnonzero(cats["send_consumer"] & known)
+        if len(m):
+            o = O.ordinals(ep[m], self.state["send_consumer"])
+            ok = (peer[m] >= 0) & reliable[m] & (o < st.count("recv_comp", peer[m]))
+            out[m[ok]] = O.flow_id(ep[m[ok]], O.FLOW_SEND_RECV, o[ok])
+        sig = cats["signaled"]
+        if len(self.topo.sig_all) and self.topo.sig_all.any():
+            all_ = np.zeros(n, bool)
+            all_[known] = self.topo.sig_all[ep[known]]
+            sig = sig | (cats["send_wr"] & all_)
+        m = np.flatnonzero(sig & known & whole)
+        if len(m):
+            o = O.ordinals(ep[m], self.state["signaled"])
+            ok = o < st.count("send_comp", ep[m])
+            local[m[ok]] = O.flow_id(ep[m[ok]], O.FLOW_LOCAL, o[ok])
+        m = np.flatnonzero(cats["recv_comp"] & known)
+        if len(m):
+            o = O.ordinals(ep[m], self.state["recv_comp"])
+            ok = (peer[m] >= 0) & reliable[m] & (o < st.count("send_consumer", peer[m]))
+            inn[m[ok]] = O.flow_id(peer[m[ok]], O.FLOW_SEND_RECV, o[ok])
+        m = np.flatnonzero(cats["send_comp"] & known & whole)
+        if len(m):
+            o = O.ordinals(ep[m], self.state["send_comp"])
+            ok = o < st.count("signaled", ep[m])
+            inn[m[ok]] = O.flow_id(ep[m[ok]], O.FLOW_LOCAL, o[ok])
+        b.cols["flow_out"], b.cols["flow_local"], b.cols["flow_in"] = out, local, inn

@@ -1,0 +1,298 @@
+"""QP topology: which QP of which process each QP talks to, across every given trace.
+
+Each process's cold events say which QPs it made (qp_create, devx_qp_create, qp_query for QPs
+made before attach), on which device context and port, and how each was connected: the RTR
+transition names the remote QP number and the remote port's address (dlid / dgid for verbs,
+rlid / rgid for devx).  port_info events give each context's own LID and GID.  A QP's peer is
+the QP with the remote number whose own port has that address; where addresses are missing or
+ambiguous, a pair of QPs naming each other is accepted.
+
+The result is a table of endpoints (process, qpn) with vectorised lookups, used to label every
+operation with its destination.
+"""
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ..trace.reader import Problem
+from .traceset import TraceSet
+
+# QP service types that connect to exactly one remote QP
+CONNECTED = {"RC", "UC", "XRC_SEND", "XRC_RECV", "DCI"}
+RELIABLE = {"RC", "XRC_SEND", "XRC_RECV"}
+
+
+@dataclass
+class QpInfo:
+    proc: int
+    qpn: int
+    type: str = "RC"
+    origin: str = "verbs"           # verbs | devx | records (seen only in records)
+    ctx: int | None = None
+    port: int | None = None
+    gpu: int = -1
+    created_ns: int | None = None
+    destroyed_ns: int | None = None
+    state: str | None = None
+    dest_qpn: int | None = None
+    dlid: int | None = None
+    dgid: str | None = None
+    lid: int | None = None          # our own port's address
+    gid: str | None = None
+    sq_slots: int | None = None
+    sig_all: bool = False           # made with sq_sig_all: every send WR completes
+    preexisting: bool = False       # made before tracing began (attach): its first operations unseen
+    peer: int = -1                  # index of the peer endpoint, -1 if unknown
+    events: list = field(default_factory=list)
+
+
+def _gid(v) -> str | None:
+    """A GID as 32 lowercase hex digits, None when absent or all zero."""
+    if v is None:
+        return None
+    s = str(v).lower().replace(":", "").replace("0x", "")
+    if not s or set(s) == {"0"}:
+        return None
+    return s.rjust(32, "0")
+
+
+def _int(v) -> int | None:
+    try:
+        return int(v)
+    except (TypeError, ValueError):
+        return None
+
+
+class Topology:
+    """Endpoints (process, qpn) and their peers."""
+
+    def __init__(self, traces: TraceSet):
+        self.traces = traces
+        self.qps: list[QpInfo] = []
+        self._index: dict[tuple[int, int], int] = {}
+        for p in traces.procs:
+            self._from_cold(p)
+        self._resolve()
+        self._arrays()
+
+    # ---- building ----------------------------------------------------------------------------
+
+    def _get(self, proc: int, qpn: int, origin: str = "verbs") -> QpInfo:
+        i = self._index.get((proc, qpn))
+        if i is None:
+            i = len(self.qps)
+            self.qps.append(QpInfo(proc, qpn, origin=origin))
+            self._index[(proc, qpn)] = i
+        return self.qps[i]
+
+    def _from_cold(self, p) -> None:
+        ports: dict[tuple[int, int], tuple[int | None, str | None]] = {}
+        pd_ctx: dict[int, int] = {}
+        obj_qpn: dict[int, int] = {}
+        ns = self.traces.cold_ns(p)
+        for e, t in zip(p.cold, ns):
+            ev = e.get("ev")
+            if ev == "port_info":
+                ports[(_int(e.get("ctx")) or 0, _int(e.get("port")) or 1)] = (_int(e.get("lid")), _gid(e.get("gid")))
+            elif ev == "pd_alloc":
+                if _int(e.get("pd")) is not None:
+                    pd_ctx[_int(e.get("pd"))] = _int(e.get("ctx"))
+            elif ev in ("qp_create", "qp_query", "devx_qp_create"):
+                qpn = _int(e.get("qpn"))
+                if qpn is None:
+                    continue
+                devx = ev == "devx_qp_create"
+                q = self._get(p.index, qpn, "devx" if devx else "verbs")
+                q.origin = "devx" if devx else "verbs"
+                if ev == "qp_query":          # a QP made before attach, as ibv_query_qp told it
+                    if q.created_ns is None:
+                        q.preexisting = True
+                    if e.get("known") is False:
+                        continue
+                    q.state = e.get("state") or q.state
+                    q.type = str(e.get("type") or q.type)
+                    q.ctx = q.ctx if q.ctx is not None else _int(e.get("ctx"))
+                    self._dest(q, e.get("dest_qpn"), e.get("dlid"), e.get("dgid"))
+                    continue
+                q.created_ns = int(t)
+                q.preexisting = False
+                q.type = str(e.get("st") if devx else e.get("type") or "RC")
+                q.sig_all = bool(e.get("sq_sig_all"))
+                q.ctx = _int(e.get("ctx"))
+                if q.ctx is None and _int(e.get("pd")) in pd_ctx:
+                    q.ctx = pd_ctx[_int(e.get("pd"))]
+                if devx:
+                    q.gpu = _int(e.get("gpu")) if _int(e.get("gpu")) is not None else -1
+                    q.sq_slots = _int(e.get("sq_slots"))
+                    if _int(e.get("obj")) is not None:
+                        obj_qpn[_int(e.get("obj"))] = qpn
+            elif ev == "qp_modify":
+                qpn = _int(e.get("qpn"))
+                if qpn is None:
+                    continue
+                q = self._get(p.index, qpn)
+                if e.get("state"):
+                    q.state = str(e["state"])
+                if _int(e.get("port")) is not None:
+                    q.port = _int(e.get("port"))
+                self._dest(q, e.get("dest_qpn"), e.get("dlid"), e.get("dgid"))
+            elif ev == "devx_qp_modify":
+                qpn = _int(e.get("qpn"))
+                if qpn is None:
+                    qpn = obj_qpn.get(_int(e.get("obj")))
+                if qpn is None:
+                    continue
+                q = self._get(p.index, qpn, "devx")
+                op = str(e.get("op") or "")
+                q.state = {"RST2INIT": "INIT", "INIT2RTR": "RTR", "RTR2RTS": "RTS"}.get(op, q.state)
+                self._dest(q, e.get("remote_qpn"), e.get("rlid"), e.get("rgid"))
+            elif ev in ("qp_destroy", "devx_obj_destroy"):
+                qpn = _int(e.get("qpn"))
+                if qpn is not None and (p.index, qpn) in self._index:
+                    self.qps[self._index[(p.index, qpn)]].destroyed_ns = int(t)
+        # QPs the GPU path knows only from the live block
+        if p.live is not None:
+            for row in p.live.qps:
+                q = self._get(p.index, int(row["qpn"]), "devx")
+                if q.gpu < 0 and int(row["gpu"]) >= 0 and int(row["flags"]) & 4:
+                    q.gpu = int(row["gpu"])
+                if q.dest_qpn is None and int(row["remote_qpn"]) not in (0, 0xFFFFFFFF):
+                    q.dest_qpn = int(row["remote_qpn"])
+        # our own address: the port of our context (port 1 where the QP did not say)
+        single = {}
+        for (ctx, port), addr in ports.items():
+            single.setdefault(ctx, []).append(addr)
+        only = next(iter(ports.values())) if len(ports) == 1 else None
+        for q in self.qps:
+            if q.proc != p.index:
+                continue
+            addr = ports.get((q.ctx or 0, q.port or 1))
+            if addr is None and q.ctx in single and len(single[q.ctx]) == 1:
+                addr = single[q.ctx][0]
+            if addr is None:
+                addr = only
+            if addr is not None:
+                q.lid, q.gid = addr
+
+    @staticmethod
+    def _dest(q: QpInfo, dest_qpn, dlid, dgid) -> None:
+        if _int(dest_qpn) is not None:
+            q.dest_qpn = _int(dest_qpn)
+        if _int(dlid):
+            q.dlid = _int(dlid)
+        if _gid(dgid):
+            q.dgid = _gid(dgid)
+
+    def refresh_peers(self) -> None:
+        """Resolve again after QPs or remote numbers were added (live-block aggregates)."""
+        self._resolve()
+        self._arrays()
+
+    def _resolve(self) -> None:
+        """Give each QP the one candidate that fits best: a QP with the remote number, not
+        contradicted by any address or remote number known on either side, and confirmed by as
+        many of them as possible.  Ties stay unresolved (and reported); a QP claimed by several
+        others keeps only the one it names itself."""
+        by_qpn: dict[int, list[int]] = defaultdict(list)
+        for i, q in enumerate(self.qps):
+            by_qpn[q.qpn].append(i)
+        for i, q in enumerate(self.qps):
+            if q.dest_qpn is None or q.peer >= 0:
+                continue
+            scored = []
+            for j in by_qpn.get(q.dest_qpn, []):
+                if j == i:
+                    continue
+                r = self.qps[j]
+                checks = [self._addressed(q, r), self._addressed(r, q),
+                          None if r.dest_qpn is None else r.dest_qpn == q.qpn]
+                if False in checks:
+                    continue
+                scored.append((sum(c is True for c in checks), j))
+            if not scored:
+                continue
+            best = max(sc for sc, _ in scored)
+            top = [j for sc, j in scored if sc == best]
+            if len(top) == 1:
+                q.peer = top[0]
+            else:
+                self._ambiguous(q, len(top))
+        claims: dict[int, list[int]] = defaultdict(list)
+        for i, q in enumerate(self.qps):
+            if q.peer >= 0:
+                claims[q.peer].append(i)
+        for r, qs in claims.items():
+            if len(qs) > 1:
+                for i in qs:
+                    if self.qps[r].peer != i:
+                        self.qps[i].peer = -1
+                        self._ambiguous(self.qps[i], len(qs))
+
+    def _ambiguous(self, q: QpInfo, n: int) -> None:
+        if "ambiguous" in q.events:
+            return
+        q.events.append("ambiguous")
+        p = self.traces.procs[q.proc]
+        self.traces.add_problem(Problem(p.pt.path, None, f"QP 0x{q.qpn:x}: remote QP 0x{q.dest_qpn:x} matches "
+                                                         f"{n} QPs in the given traces; left unresolved"))
+
+    @staticmethod
+    def _addressed(q: QpInfo, r: QpInfo) -> bool | None:
+        """Does r's own port have the address q was connected to?  None when either is unknown."""
+        if q.dgid is not None and r.gid is not None:
+            return q.dgid == r.gid
+        if q.dlid and r.lid:
+            return q.dlid == r.lid
+        return None
+
+    def _arrays(self) -> None:
+        n = len(self.qps)
+        keys = np.array([(q.proc << 32) | q.qpn for q in self.qps], dtype=np.uint64).reshape(n)
+        self._order = np.argsort(keys, kind="stable")
+        self._keys = keys[self._order]
+        self.peer = np.array([q.peer for q in self.qps], dtype=np.int64).reshape(n)
+        self.proc_of = np.array([q.proc for q in self.qps], dtype=np.int64).reshape(n)
+        self.qpn_of = np.array([q.qpn for q in self.qps], dtype=np.int64).reshape(n)
+        self.gpu_of = np.array([q.gpu for q in self.qps], dtype=np.int64).reshape(n)
+        self.reliable = np.array([q.type in RELIABLE for q in self.qps], dtype=bool).reshape(n)
+        self.sig_all = np.array([q.sig_all for q in self.qps], dtype=bool).reshape(n)
+        # flows need the QP (and its peer) seen from its first operation on
+        self.from_start = np.array([not q.preexisting for q in self.qps], dtype=bool).reshape(n)
+        self.matchable = np.array([q.type in RELIABLE and not q.preexisting and
+                                   (q.peer < 0 or not self.qps[q.peer].preexisting) for q in self.qps],
+                                  dtype=bool).reshape(n)
+
+    # ---- lookups -----------------------------------------------------------------------------
+
+    def add_seen(self, proc: int, qpns) -> None:
+        """Register QPs seen only in records (no cold event), so every op has an endpoint.  In
+        a process traced by attach such a QP was made before tracing began."""
+        new = [int(x) for x in qpns if (proc, int(x)) not in self._index]
+        attached = bool(self.traces.procs[proc].pt.meta.get("attached"))
+        for x in new:
+            self._get(proc, x, "records").preexisting = attached
+        if new:
+            self._arrays()
+
+    def endpoint(self, proc: int, qpn: np.ndarray) -> np.ndarray:
+        """Endpoint index of each (proc, qpn), -1 where the QP is unknown."""
+        q = np.asarray(qpn).astype(np.uint64)
+        if not len(self._keys):
+            return np.full(len(q), -1, np.int64)
+        k = (np.uint64(proc) << np.uint64(32)) | q
+        pos = np.searchsorted(self._keys, k)
+        pos_c = np.minimum(pos, len(self._keys) - 1)
+        hit = self._keys[pos_c] == k
+        return np.where(hit, self._order[pos_c], -1).astype(np.int64)
+
+    def index_of(self, proc: int, qpn: int) -> int:
+        return self._index.get((proc, qpn), -1)
+
+    def peer_of(self, ep: np.ndarray) -> np.ndarray:
+        ep = np.asarray(ep, dtype=np.int64)
+        if not len(self.peer):
+            return np.full(len(ep), -1, np.int64)
+        return np.where(ep >= 0, self.peer[np.maximum(ep, 0)], -1)

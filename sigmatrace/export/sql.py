@@ -1,0 +1,108 @@
+"""SQL over a trace with DuckDB: the Parquet tables as views, built on first use and cached.
+
+    con = connect(["run/node-a", "run/node-b"])             # builds or reuses the Parquet tables
+    con.sql("SELECT kind, count(*) FROM ops GROUP BY kind")
+
+The cache lives in $XDG_CACHE_HOME/sigmatrace/parquet/<key> (owner-only), where the key is a
+hash of the traces' paths and of every file's size and modification time: any change to a
+trace builds new tables.  `--parquet DIR` puts them where the user wants instead.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+
+from ..correlate.correlator import Correlator
+from ..correlate.pipeline import run
+from ..correlate.progress import SILENT, Progress
+from ..errors import SigmatraceError, UsageError
+from ..trace.writer import make_dir
+from .parquet import MARKER, TABLES, ParquetSink, fingerprint
+
+# what the ops and doorbells views add to their files: the QP's GPU and peer (stored once, in
+# qps) and flags spelled out
+QP_JOIN = ("LEFT JOIN (SELECT host AS q_host, pid AS q_pid, qpn AS q_qpn, gpu, peer_host, peer_pid, peer_qpn "
+           "FROM read_parquet('{qps}')) q ON t.host = q.q_host AND t.pid = q.q_pid AND t.qpn = q.q_qpn")
+VIEWS = {
+    "ops": "SELECT t.*, (t.flags & 1) = 1 AS signaled, q.gpu, q.peer_host, q.peer_pid, q.peer_qpn "
+           "FROM read_parquet('{file}') t " + QP_JOIN,
+    "doorbells": "SELECT t.*, q.gpu, q.peer_host, q.peer_pid, q.peer_qpn FROM read_parquet('{file}') t " + QP_JOIN,
+}
+
+
+def cache_root() -> Path:
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "sigmatrace" / "parquet"
+
+
+def tables_ready(directory: Path, key: str | None = None) -> bool:
+    m = directory / MARKER
+    if not m.exists():
+        return False
+    if key is None:
+        return True
+    try:
+        return json.loads(m.read_text()).get("key") == key
+    except ValueError:
+        return False
+
+
+def build_tables(paths: list[str | os.PathLike], directory: Path, progress: Progress = SILENT) -> dict:
+    """Export the traces' Parquet tables into `directory` (and mark it complete)."""
+    key = fingerprint(paths)
+    tmp = directory.with_name(directory.name + ".building")
+    shutil.rmtree(tmp, ignore_errors=True)
+    c = Correlator(paths, progress)
+    res = run(c, [ParquetSink(tmp, key=key)])
+    if directory.exists():
+        shutil.rmtree(directory)
+    os.replace(tmp, directory)
+    return {"result": res, "key": key}
+
+
+def ensure_tables(paths: list[str | os.PathLike], parquet_dir: str | os.PathLike | None,
+                  progress: Progress = SILENT, rebuild: bool = False) -> tuple[Path, object | None]:
+    """The directory holding the tables, building them if needed; and the build's result."""
+    if parquet_dir is not None and not paths:
+        d = Path(parquet_dir)
+        if not tables_ready(d):
+            raise UsageError(f"{d}: no sigmatrace Parquet tables here", hint="give the trace directories to build them")
+        return d, None
+    if not paths:
+        raise UsageError("no trace directory given", hint="sigmatrace sql TRACE... \"SELECT ...\"")
+    key = fingerprint(paths)
+    if parquet_dir is not None:
+        d = Path(parquet_dir)
+    else:
+        make_dir(cache_root())
+        d = cache_root() / key
+    if rebuild or not tables_ready(d, key):
+        built = build_tables(paths, d, progress)
+        return d, built["result"]
+    return d, None
+
+
+def connect(directory: Path):
+    """A DuckDB connection with one view per table."""
+    import duckdb
+    con = duckdb.connect()
+    qps = str(directory / "qps.parquet").replace("'", "''")
+    for t in TABLES:
+        f = directory / f"{t}.parquet"
+        if f.exists():
+            lit = str(f).replace("'", "''")
+            body = VIEWS.get(t, "SELECT * FROM read_parquet('{file}')").format(file=lit, qps=qps)
+            con.execute(f"CREATE VIEW {t} AS {body}")
+    return con
+
+
+def query(con, sql: str):
+    """Run `sql`; our error for a bad query (one line, with DuckDB's reason)."""
+    import duckdb
+    try:
+        return con.sql(sql)
+    except duckdb.Error as e:
+        raise SigmatraceError(f"SQL error: {str(e).splitlines()[0]}",
+                              hint="tables: " + ", ".join(TABLES) + " (docs/export.md has their columns)") from None

@@ -1,0 +1,103 @@
+"""Damaged input: each problem names its file and byte offset, everything else is exported,
+and every output says what was skipped."""
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pyarrow.parquet as pq
+
+from sigmatrace.trace import format as fmt
+from sigmatrace.trace.synth import T0_NS
+
+from .conftest import JITTER_NS, build_two_nodes, parse_perfetto
+
+HDR, REC = fmt.STREAM_HEADER_SIZE, fmt.RECORD_SIZE
+
+
+def export(tmp_path, dirs, *extra):
+    r = subprocess.run([sys.executable, "-m", "sigmatrace.cli.main", "export", *map(str, dirs),
+                        "--perfetto", str(tmp_path / "x.pftrace"), "--parquet", str(tmp_path / "pq"),
+                        "--json", str(tmp_path / "x.json"), *extra], capture_output=True, text=True, timeout=120)
+    return r
+
+
+def _count(pt, name):
+    return sum(1 for _, te in pt.events if pt.name(te) == name)
+
+
+def test_truncated_and_corrupt_streams(tmp_path):
+    t, dirs = build_two_nodes(tmp_path / "run")
+    main = dirs[0] / "p4242" / "streams" / "t4242.bin"
+    n = (main.stat().st_size - HDR) // REC
+    recs = np.fromfile(main, dtype=fmt.RECORD_DTYPE, offset=HDR)
+    # three records in the middle overwritten with garbage, and the file cut inside its last record
+    bad = 100
+    lost_types = recs["type"][bad:bad + 3].tolist() + [int(recs["type"][-1])]
+    with open(main, "r+b") as f:
+        f.seek(HDR + bad * REC)
+        f.write(b"\xff" * (3 * REC))
+        f.truncate(HDR + (n - 1) * REC + 17)
+    r = export(tmp_path, dirs)
+    assert r.returncode == 0, r.stderr
+    err = r.stderr
+    assert f"{main} at byte {HDR + (n - 1) * REC}: truncated record (17 trailing bytes) skipped" in err
+    assert f"{main} at byte {HDR + bad * REC}: 3 unreadable record(s) skipped" in err
+    assert "note: records of node-a:4242 were lost; flows (matched by order per QP) may pair" in err
+    pt = parse_perfetto(tmp_path / "x.pftrace")
+    names = {1: "ibv_post_send", 2: "ibv_post_send", 4: "ibv_post_recv", 5: "ibv_poll_cq", 12: None}
+    lost = {}
+    for ty in lost_types:
+        if names[ty]:
+            lost[names[ty]] = lost.get(names[ty], 0) + 1
+    assert _count(pt, "ibv_post_send") == 112 - lost.get("ibv_post_send", 0)
+    assert _count(pt, "ibv_post_recv") == 132 - lost.get("ibv_post_recv", 0)
+    assert _count(pt, "ibv_poll_cq") == 203 - lost.get("ibv_poll_cq", 0)
+    notes = [te.name for _, te in pt.events if not te.name_iid and "unreadable record" in te.name]
+    assert notes == [f"{main} at byte {HDR + bad * REC}: 3 unreadable record(s) skipped (unwritten or unknown type)"]
+    probs = pq.read_table(tmp_path / "pq" / "problems.parquet").to_pylist()
+    assert {"path": str(main), "offset": HDR + bad * REC,
+            "what": "3 unreadable record(s) skipped (unwritten or unknown type)"} in probs
+    assert any("truncated record" in p for p in json.loads((tmp_path / "x.json").read_text())["problems"])
+    # node-b is untouched
+    assert _count(pt, "doorbell") == 26
+
+
+def test_unreadable_stream_and_torn_cold_line(tmp_path):
+    t, dirs = build_two_nodes(tmp_path / "run")
+    rep = dirs[1] / "p4242" / "streams" / "t4343.bin"
+    rep.write_bytes(b"not a stream at all" * 10)
+    cold = dirs[0] / "p4242" / "cold.jsonl"
+    size = cold.stat().st_size
+    with open(cold, "ab") as f:
+        f.write(b'{"ev": "mr_reg", "ts": 12')
+    r = export(tmp_path, dirs)
+    assert r.returncode == 0, r.stderr
+    assert f"{rep} at byte 0: not a sigmatrace stream (bad magic)" in r.stderr
+    assert f"{cold} at byte {size}: torn last line skipped" in r.stderr
+    pt = parse_perfetto(tmp_path / "x.pftrace")
+    assert _count(pt, "doorbell") == 21           # node-b's repeater stream is gone, node-a's is whole
+    assert _count(pt, "ibv_post_send") == 112
+
+
+def test_missing_live_block_still_aligned_by_calib_records(tmp_path):
+    """Without live.bin (the runtime never wrote it), the CALIB records in the streams still
+    put every event on the true timeline."""
+    t, dirs = build_two_nodes(tmp_path / "run")
+    os.unlink(dirs[0] / "p4242" / "live.bin")
+    r = export(tmp_path, dirs)
+    assert r.returncode == 0, r.stderr
+    pt = parse_perfetto(tmp_path / "x.pftrace")
+    got = sorted(p.timestamp for p, te in pt.events
+                 if pt.name(te) == "ibv_post_send" and pt.args(te)["qpn"] == t.qa.qpn)
+    want = sorted(np.array(t.expected.send_times[(4242, t.qa.qpn)]) + T0_NS)
+    assert np.abs(np.array(got) - np.array(want)).max() <= JITTER_NS + 2
+
+
+def test_not_a_trace_is_one_line(tmp_path):
+    (tmp_path / "empty").mkdir()
+    r = export(tmp_path, [tmp_path / "empty"])
+    assert r.returncode == 1
+    assert r.stderr.strip() == f"sigmatrace: error: {tmp_path / 'empty'}: not a sigmatrace trace (no session.json " \
+                               "and no p<pid>/ directories)"
