@@ -24,11 +24,19 @@ def native(relpath: str) -> Path:
     return p
 
 
+def _data_dir(package: str, source_dir: str) -> Path:
+    """An installed data package, or its folder in a source tree run from PYTHONPATH."""
+    try:
+        return Path(str(resources.files(package)))
+    except ModuleNotFoundError:
+        return PACKAGE_DIR.parent / source_dir
+
+
 def hooks_file(name: str) -> Path:
     """A file of the Frida agent (hooks/)."""
-    return Path(str(resources.files("sigmatrace._hooks").joinpath(name)))
+    return _data_dir("sigmatrace._hooks", "hooks") / name
 
 
 def probes_file(name: str) -> Path:
     """An eBPF program source (probes/)."""
-    return Path(str(resources.files("sigmatrace._probes").joinpath(name)))
+    return _data_dir("sigmatrace._probes", "probes") / name
