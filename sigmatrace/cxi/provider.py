@@ -205,6 +205,7 @@ class CxiProvider:
         return path == self._exe or bool(RELEVANT_NAME.search(os.path.basename(path)))
 
     def _consider(self, path: str, relevant: bool = False) -> None:
+        path = os.path.realpath(path)  # the name /proc/<pid>/maps shows
         if path in self._seen or self._stopped:
             return
         self._seen.add(path)

@@ -1,0 +1,1 @@
+"""Report sections, one module per area (DESIGN.md "Reports")."""
