@@ -88,7 +88,7 @@ class ProbeProgram:
         bcc = _bcc()
         t0 = time.monotonic()
         try:
-            self.bpf = bcc.BPF(text=program_text(layout, max_slots))
+            self.bpf = bcc.BPF(text=program_text(layout, max_slots).encode())
         except Exception as e:
             raise ProbeError(f"compiling the cxi probes failed: {e}") from None
         self.compile_s = time.monotonic() - t0
@@ -110,7 +110,7 @@ class ProbeProgram:
 
         self._cb = _event  # keep the callbacks alive as long as the buffers
         self._lost_cb = _lost
-        self.bpf["cxi_events"].open_perf_buffer(_event, page_cnt=page_cnt, lost_cb=_lost,
+        self.bpf[b"cxi_events"].open_perf_buffer(_event, page_cnt=page_cnt, lost_cb=_lost,
                                                 wakeup_events=wakeup_events)
         atexit.register(self.close)
 
@@ -126,7 +126,8 @@ class ProbeProgram:
             if self._closed:
                 raise ProbeError("the cxi probes are closed")
             try:
-                self.bpf.attach_uprobe(name=str(Path(path).resolve()), addr=vaddr, fn_name=fn, pid=self.pid)
+                self.bpf.attach_uprobe(name=str(Path(path).resolve()).encode(), addr=vaddr,
+                                       fn_name=fn.encode(), pid=self.pid)
             except Exception as e:
                 raise ProbeError(f"attaching a uprobe at {path}+0x{vaddr:x} failed: {e}") from None
             self._attached.append((path, vaddr, fn))
@@ -165,7 +166,7 @@ class ProbeProgram:
     def counters(self) -> dict[str, int]:
         if self._closed:
             return dict(self._final_counters)
-        table = self.bpf["cxi_counters"]
+        table = self.bpf[b"cxi_counters"]
         out = {}
         for i, name in enumerate(COUNTERS):
             out[name] = int(sum(table[ct.c_int(i)]))
@@ -174,7 +175,7 @@ class ProbeProgram:
     def emit_hits(self) -> dict[int, int]:
         if self._closed:
             return dict(self._final_emits)
-        return {int(k.value): int(v.value) for k, v in self.bpf["cxi_emits"].items()}
+        return {int(k.value): int(v.value) for k, v in self.bpf[b"cxi_emits"].items()}
 
     # -- closing --------------------------------------------------------------------------
     def close(self) -> None:

@@ -141,7 +141,8 @@ class CxiProvider:
                 n += self.program.drain()
         if self.program is None:
             time.sleep(timeout_ms / 1000)
-        if time.monotonic() - self._last_scan >= self.rescan_interval:
+        unplaced = any(not s.runtime for s in self.ring_sites)
+        if unplaced or time.monotonic() - self._last_scan >= self.rescan_interval:
             with self._lock:
                 if not self._stopped:
                     self._rescan()
@@ -334,9 +335,30 @@ class CxiProvider:
         uniq, inv = np.unique(ips, return_inverse=True)
         if any(int(u) not in self._ip_site for u in uniq):
             self._rescan(force=True)
+            for u in uniq:
+                if int(u) not in self._ip_site:
+                    self._infer_base(int(u))
         idx = np.array([self._ip_site.get(int(u), rec.UNKNOWN_SITE) for u in uniq], dtype=np.uint8)
         self.unresolved += int(np.count_nonzero(idx[inv] == rec.UNKNOWN_SITE))
         return idx[inv]
+
+    def _infer_base(self, ip: int) -> None:
+        """Place a probe address that /proc/<pid>/maps could not (the process ended before we
+        saw its library mapped): a shared object is mapped at a page-aligned base, so the
+        probe points p with (ip - p.vaddr) page-aligned are the candidates; one candidate file
+        is taken, with that base for all of its probes."""
+        located = {s.path for s in self.ring_sites if s.runtime}
+        cands = {(s.path, ip - p.vaddr) for s in self.ring_sites if s.path not in located
+                 for p in s.points if (ip - p.vaddr) % 4096 == 0 and ip > p.vaddr}
+        if len(cands) != 1:
+            return
+        path, base = cands.pop()
+        for sites, table in ((self.ring_sites, self._ip_site), (self.emit_sites, self._ip_emit)):
+            for site in sites:
+                if site.path == path:
+                    for p in site.points:
+                        table[base + p.vaddr] = site.index
+                        site.runtime.append(base + p.vaddr)
 
     # -- events ---------------------------------------------------------------------------
     def _on_events(self, events: np.ndarray) -> None:
