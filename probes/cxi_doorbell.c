@@ -48,6 +48,7 @@ struct cxi_event {
 
 BPF_PERF_OUTPUT(cxi_events);
 BPF_TABLE("lru_hash", u64, u64, cxi_last_wp, 4096);   /* cq address -> wp32 at its last doorbell */
+BPF_TABLE("lru_hash", u64, u64, cxi_start, 4096);     /* cq address -> wp32 at its first emit since */
 BPF_HASH(cxi_emits, u64, u64, 4096);                  /* emit probe address -> hits */
 BPF_PERCPU_ARRAY(cxi_counters, u64, N_COUNTERS);
 
@@ -90,9 +91,16 @@ static __always_inline int on_doorbell(struct pt_regs *ctx, u64 cq)
     e.idx = idx;
     e.wp32 = wp;
 
+    /* Where this doorbell's commands start: the write pointer at the first emit since the
+     * last doorbell (right even when other code, unprobed, rang in between), else the last
+     * doorbell we saw on this queue. */
     u64 pos;
+    u64 *start = cxi_start.lookup(&cq);
     u64 *last = cxi_last_wp.lookup(&cq);
-    if (last) {
+    if (start) {
+        pos = *start;
+        cxi_start.delete(&cq);
+    } else if (last) {
         pos = *last;
     } else {
         /* tracing began after this queue's earlier doorbells: take the 64-byte slot before wp */
@@ -130,16 +138,16 @@ static __always_inline int on_doorbell(struct pt_regs *ctx, u64 cq)
     return 0;
 }
 
-/* Count an emit copy's hit; when `cq` is known, the first emit seen for a queue also gives the
- * write pointer its commands start at, so that its first doorbell is walked from there. */
+/* Count an emit copy's hit; when `cq` is known, note the write pointer at the first emit since
+ * the queue's last doorbell: the next doorbell's commands start there. */
 static __always_inline int on_emit(struct pt_regs *ctx, u64 cq)
 {
     u64 ip = PT_REGS_IP(ctx), zero = 0, wp = 0;
     u64 *v = cxi_emits.lookup_or_try_init(&ip, &zero);
     if (v)
         __sync_fetch_and_add(v, 1);
-    if (cq && !cxi_last_wp.lookup(&cq) && !read_field(&wp, cq + OFF_WP32, SZ_WP32))
-        cxi_last_wp.insert(&cq, &wp);
+    if (cq && !read_field(&wp, cq + OFF_WP32, SZ_WP32))
+        cxi_start.insert(&cq, &wp);  /* only if not there yet */
     return 0;
 }
 

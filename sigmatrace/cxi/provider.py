@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import os
 import re
+import signal
 import threading
 import time
 from dataclasses import dataclass, field
@@ -162,7 +163,18 @@ class CxiProvider:
         return self
 
     def stop(self) -> dict:
-        """Take the last events, detach every probe, close the streams, write cxi.json."""
+        """Take the last events, detach every probe, close the streams, write cxi.json.
+        A Ctrl-C while this runs is ignored: cleanup always finishes."""
+        previous = None
+        if threading.current_thread() is threading.main_thread():
+            previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+        try:
+            return self._stop()
+        finally:
+            if previous is not None:
+                signal.signal(signal.SIGINT, previous)
+
+    def _stop(self) -> dict:
         self._stop_evt.set()
         if self._thread is not None and self._thread is not threading.current_thread():
             self._thread.join(timeout=10)
