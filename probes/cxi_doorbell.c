@@ -34,6 +34,10 @@
 #define C_NOOPS 5         /* padding slots skipped */
 #define N_COUNTERS 6
 
+#define CHUNK 16 /* slots per event: one event per doorbell in the common case */
+
+/* One event carries up to CHUNK commands of one doorbell, so user space pays its per-event cost
+ * once per doorbell rather than once per command. */
 struct cxi_event {
     u64 ts;        /* bpf_ktime_get_ns: CLOCK_MONOTONIC */
     u64 pid_tgid;
@@ -41,16 +45,21 @@ struct cxi_event {
     u64 cq;        /* address of the struct cxi_cq */
     u32 idx;       /* cq->idx */
     u32 wp32;      /* cq->wp32 at the doorbell (32-byte units) */
-    u32 pos32;     /* slot of this command */
+    u32 count;     /* slots filled in cmd[] (padding slots have a zero header) */
     u32 flags;     /* 1: first doorbell seen for this queue */
-    u8 cmd[64];    /* the command as in the ring */
+    u32 pos32;     /* slot of cmd[0] */
+    u32 pad;
+    u8 cmd[CHUNK][64]; /* the commands as in the ring */
 };
+
+#define HEADER_BYTES 56 /* offsetof(struct cxi_event, cmd) */
 
 BPF_PERF_OUTPUT(cxi_events);
 BPF_TABLE("lru_hash", u64, u64, cxi_last_wp, 4096);   /* cq address -> wp32 at its last doorbell */
 BPF_TABLE("lru_hash", u64, u64, cxi_start, 4096);     /* cq address -> wp32 at its first emit since */
 BPF_HASH(cxi_emits, u64, u64, 4096);                  /* emit probe address -> hits */
 BPF_PERCPU_ARRAY(cxi_counters, u64, N_COUNTERS);
+BPF_PERCPU_ARRAY(cxi_scratch, struct cxi_event, 1);   /* too big for the BPF stack */
 
 static __always_inline void count(int which)
 {
@@ -83,13 +92,18 @@ static __always_inline int on_doorbell(struct pt_regs *ctx, u64 cq)
         return 0;
     }
 
-    struct cxi_event e = {};
-    e.ts = bpf_ktime_get_ns();
-    e.pid_tgid = bpf_get_current_pid_tgid();
-    e.ip = PT_REGS_IP(ctx);
-    e.cq = cq;
-    e.idx = idx;
-    e.wp32 = wp;
+    int zero = 0;
+    struct cxi_event *e = cxi_scratch.lookup(&zero);
+    if (!e)
+        return 0;
+    e->ts = bpf_ktime_get_ns();
+    e->pid_tgid = bpf_get_current_pid_tgid();
+    e->ip = PT_REGS_IP(ctx);
+    e->cq = cq;
+    e->idx = idx;
+    e->wp32 = wp;
+    e->flags = 0;
+    e->count = 0;
 
     /* Where this doorbell's commands start: the write pointer at the first emit since the
      * last doorbell (right even when other code, unprobed, rang in between), else the last
@@ -105,33 +119,48 @@ static __always_inline int on_doorbell(struct pt_regs *ctx, u64 cq)
     } else {
         /* tracing began after this queue's earlier doorbells: take the 64-byte slot before wp */
         pos = wp >= FIRST_WR_PTR_32 + 2 ? wp - 2 : size32 - 2;
-        e.flags = 1;
+        e->flags = 1;
         count(C_FIRST);
     }
     cxi_last_wp.update(&cq, &wp);
     if (pos >= size32)
         pos = FIRST_WR_PTR_32;
 
-    for (int i = 0; i < MAX_SLOTS; i++) {
+    /* Slot i of the walk goes to cmd[i % CHUNK]; a chunk is sent when full and at the end.
+     * Indexing by the loop counter (not by commands found) keeps the verifier's work small.
+     * Padding slots are sent too, with their zero header: user space skips them. */
+    int i;
+    for (i = 0; i < MAX_SLOTS; i++) {
         if (pos == wp)
             break;
-        if (bpf_probe_read_user(e.cmd, 64, (void *)(cmds + pos * 32)) &&
-            bpf_probe_read_user(e.cmd, 32, (void *)(cmds + pos * 32))) {
+        u8 *slot = e->cmd[i & (CHUNK - 1)];
+        if ((i & (CHUNK - 1)) == 0)
+            e->pos32 = pos;
+        if (bpf_probe_read_user(slot, 64, (void *)(cmds + pos * 32)) &&
+            bpf_probe_read_user(slot, 32, (void *)(cmds + pos * 32))) {
             count(C_FAULTS);
-            return 0;
+            break;
         }
-        u8 hdr = e.cmd[0];
+        u8 hdr = slot[0];
         if (hdr == 0) {
             count(C_NOOPS);
             pos += 1;
         } else {
-            e.pos32 = pos;
-            cxi_events.perf_submit(ctx, &e, sizeof(e));
             count(C_COMMANDS);
             pos += 1u << ((hdr >> 2) & 3);
         }
         if (pos >= size32)
             pos = FIRST_WR_PTR_32;
+        if ((i & (CHUNK - 1)) == CHUNK - 1) {
+            e->count = CHUNK;
+            cxi_events.perf_submit(ctx, e, sizeof(*e));
+        }
+    }
+    u32 rest = i & (CHUNK - 1);
+    if (rest) {
+        e->count = rest;
+        /* only the filled slots: a one-command doorbell sends 120 bytes, not a whole chunk */
+        cxi_events.perf_submit(ctx, e, HEADER_BYTES + (rest & (CHUNK - 1)) * 64);
     }
     if (pos != wp)
         count(C_TRUNCATED);

@@ -23,13 +23,32 @@ from .kheaders import ensure_kernel_source
 from .placement import PROBE_REGISTERS
 from .sites import QueueLayout
 
-# struct cxi_event in probes/cxi_doorbell.c
+CHUNK = 16  # slots per event (CHUNK in probes/cxi_doorbell.c); a last partial chunk is sent short
+# struct cxi_event in probes/cxi_doorbell.c: up to CHUNK commands of one doorbell
+CHUNK_DTYPE = np.dtype([
+    ("ts", "<u8"), ("pid_tgid", "<u8"), ("ip", "<u8"), ("cq", "<u8"),
+    ("idx", "<u4"), ("wp32", "<u4"), ("count", "<u4"), ("flags", "<u4"), ("pos32", "<u4"), ("pad", "<u4"),
+    ("cmd", "u1", (CHUNK, 64)),
+])
+assert CHUNK_DTYPE.itemsize == 56 + CHUNK * 64
+# one command with its doorbell's fields: what on_events receives
 EVENT_DTYPE = np.dtype([
     ("ts", "<u8"), ("pid_tgid", "<u8"), ("ip", "<u8"), ("cq", "<u8"),
-    ("idx", "<u4"), ("wp32", "<u4"), ("pos32", "<u4"), ("flags", "<u4"),
-    ("cmd", "u1", (64,)),
+    ("idx", "<u4"), ("wp32", "<u4"), ("flags", "<u4"), ("cmd", "u1", (64,)),
 ])
-assert EVENT_DTYPE.itemsize == 112
+
+
+def expand(chunks: np.ndarray) -> np.ndarray:
+    """One row per command from the probe's chunked events."""
+    count = np.minimum(chunks["count"], CHUNK).astype(np.int64)
+    out = np.zeros(int(count.sum()), EVENT_DTYPE)
+    if not len(out):
+        return out
+    rep = np.repeat(np.arange(len(chunks)), count)
+    for name in ("ts", "pid_tgid", "ip", "cq", "idx", "wp32", "flags"):
+        out[name] = chunks[name][rep]
+    out["cmd"] = chunks["cmd"][np.arange(CHUNK)[None, :] < count[:, None]]
+    return out[out["cmd"][:, 0] != 0]  # padding slots
 
 COUNTERS = ("doorbells", "commands", "truncated_doorbells", "read_faults", "first_doorbells", "noops")
 
@@ -38,7 +57,7 @@ _PT_REGS = {"rax": "ax", "rbx": "bx", "rcx": "cx", "rdx": "dx", "rsi": "si", "rd
             "rbp": "bp", **{f"r{i}": f"r{i}" for i in range(8, 16)}}
 
 DEFAULT_MAX_SLOTS = 64
-DEFAULT_PAGE_CNT = 256        # per CPU: 1 MiB of perf buffer
+DEFAULT_PAGE_CNT = 1024       # per CPU: 4 MiB of perf buffer (~60k commands of slack)
 DEFAULT_WAKEUP_EVENTS = 64    # wake the reader every 64 events (1 throttles it to ~76k/s)
 
 
@@ -96,12 +115,14 @@ class ProbeProgram:
         self._on_lost = on_lost
         self._batch: list[bytes] = []
 
-        itemsize = EVENT_DTYPE.itemsize
+        itemsize = CHUNK_DTYPE.itemsize
+
+        header = CHUNK_DTYPE.fields["cmd"][1]
 
         def _event(cpu, data, size):
-            # perf pads raw samples to 8 bytes plus a 4-byte size word: take the struct only
-            if size >= itemsize:
-                self._batch.append(ct.string_at(data, itemsize))
+            # a short event holds only its filled slots; perf may add padding after it
+            if size >= header:
+                self._batch.append(ct.string_at(data, min(size, itemsize)))
 
         def _lost(count):
             self.lost += count
@@ -159,7 +180,9 @@ class ProbeProgram:
         if not self._batch:
             return 0
         batch, self._batch = self._batch, []
-        events = np.frombuffer(b"".join(batch), dtype=EVENT_DTYPE)
+        itemsize = CHUNK_DTYPE.itemsize
+        raw = b"".join(b if len(b) == itemsize else b.ljust(itemsize, b"\0") for b in batch)
+        events = expand(np.frombuffer(raw, dtype=CHUNK_DTYPE))
         self._on_events(events)
         return len(events)
 
