@@ -104,7 +104,8 @@ class StreamFile:
         if len(idx):
             s = seq[idx]
             prev = np.concatenate(([expected - 1], s[:-1]))
-            jumps = np.flatnonzero(s != prev + 1)
+            # seq runs 1..0xffffffff and then starts again at 1 (0 means unwritten)
+            jumps = np.flatnonzero((s != prev + 1) & ~((prev == 0xFFFFFFFF) & (s == 1)))
             for j in jumps[:16]:
                 off = fmt.STREAM_HEADER_SIZE + (start + int(idx[j])) * fmt.RECORD_SIZE
                 self.problems.append(Problem(self.path, off, f"sequence jumps from {int(prev[j])} to {int(s[j])}"))
@@ -161,7 +162,8 @@ class ProcessTrace:
         self.path = Path(path)
         self.problems: list[Problem] = []
         try:
-            self.pid = int(self.path.name[1:])
+            # p<pid>, or p<pid>.<n> for a later program image of the same pid (exec)
+            self.pid = int(self.path.name[1:].split(".", 1)[0])
         except ValueError:
             raise TraceFormatError(f"{self.path}: not a process directory (expected p<pid>)") from None
         self.meta = _read_json(self.path / "meta.json", self.problems) or {"pid": self.pid}

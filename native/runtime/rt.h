@@ -1,0 +1,292 @@
+/* rt.h: the internal API of libsigmatrace_rt.so, shared by every file of the runtime.
+ *
+ * The runtime lives inside the traced process (loaded by the Frida agent with Module.load, or by
+ * a test harness with dlopen).  It owns the trace files of its process: per-thread record rings
+ * drained by one flusher thread into p<pid>/streams/t<tid>.bin, the live block (live.bin), and
+ * cold events (cold.jsonl).  Files of other parts (doorbell repeaters, WQE recovery, CUDA and devx
+ * wrappers) add themselves to native/runtime/ and use only what this header declares.
+ *
+ * Rules every runtime file follows:
+ *  - Fail inert: the application's call always happens and its result is returned unchanged.
+ *    Our failures are counted (live block) and described (st_error -> an `error` cold event).
+ *  - The hot path takes no lock, makes no system call and touches no shared atomic: it writes
+ *    the calling thread's own ring and its own live-block thread slot.
+ *  - Nothing blocks: a full ring drops the record and counts it.
+ *  - The library is never unloaded (the application may hold pointers into it after the
+ *    controller is gone), so nothing here is ever freed while another thread could use it.
+ *
+ * Only functions marked ST_EXPORT are visible outside the library (it is built with
+ * -fvisibility=hidden); they are the C API documented in native/runtime/README.md.
+ */
+#ifndef SIGMATRACE_RT_H
+#define SIGMATRACE_RT_H
+
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <sigmatrace/live.h>
+#include <sigmatrace/records.h>
+
+#define ST_EXPORT __attribute__((visibility("default")))
+#define ST_LIKELY(x) __builtin_expect(!!(x), 1)
+#define ST_UNLIKELY(x) __builtin_expect(!!(x), 0)
+#define ST_COLD __attribute__((cold, noinline))
+
+/* ------------------------------------------------------------------------------------------ */
+/* Time                                                                                        */
+
+/* The TSC: the timestamp of every record and cold event. */
+static inline uint64_t st_now(void)
+{
+    uint32_t lo, hi;
+    __asm__ __volatile__("rdtsc" : "=a"(lo), "=d"(hi));
+    return ((uint64_t)hi << 32) | lo;
+}
+
+/* A calibration triple taken as close together as the clocks allow. */
+struct st_calib {
+    uint64_t tsc, mono_ns, real_ns;
+};
+void st_calib_take(struct st_calib *out);
+/* TSC ticks per second: the running estimate (start calibration to the flusher's latest). */
+double st_tsc_hz(void);
+
+/* ------------------------------------------------------------------------------------------ */
+/* Configuration (st_init's key=value lines)                                                   */
+
+struct st_config {
+    char dir[4096];          /* this process's trace directory, p<pid>/ (created if missing) */
+    int mode;                /* enum st_mode */
+    int doorbells;           /* enum st_doorbell_mode */
+    int controller_pid;      /* watched with a pidfd; 0: no controller to watch */
+    int attached;            /* 1: tracing began after the process started (attach mode) */
+    uint32_t ring_records;   /* per-thread ring capacity (power of two) */
+    uint32_t wqe_batch;      /* WQE recovery: slots copied per batch */
+    uint32_t flush_max_ms;   /* the idle flusher's longest sleep */
+    char repeater_cpus[256]; /* cpu list for repeater threads ("" = not pinned), e.g. "2,3" */
+};
+/* The configuration of the current (or last) session. */
+const struct st_config *st_config(void);
+/* Any key given to st_init, including ones the runtime core does not know (NULL if absent):
+ * other parts may define their own keys without touching the parser. */
+const char *st_config_get(const char *key);
+
+/* ------------------------------------------------------------------------------------------ */
+/* Session state                                                                               */
+
+/* `gen` is the generation of the recording session, nonzero while recording and 0 once tracing
+ * stopped (or before it started).  Each session (attach, re-attach) gets a new generation. */
+struct st_global {
+    volatile uint32_t gen;
+    int mode;                       /* copy of st_config()->mode for the hot path */
+    struct st_live_header *live;    /* the mapped live block, NULL before the first st_init */
+};
+extern struct st_global st_g;
+
+static inline int st_recording(void) { return __atomic_load_n(&st_g.gen, __ATOMIC_ACQUIRE) != 0; }
+
+/* Why tracing stopped (st_stop's reason and the argument of stop hooks). */
+enum st_stop_reason {
+    ST_STOP_DETACH = 1,          /* the controller detached cleanly */
+    ST_STOP_CONTROLLER_LOST = 2, /* the controller vanished (pidfd readable) */
+    ST_STOP_EXIT = 3,            /* the process is exiting */
+};
+
+/* Called once when recording stops, before the end calibration and final flush, from the
+ * stopping thread (the agent's, the flusher on controller loss, or the exiting thread).  The
+ * hook must not block for long; repeaters use it to stop emitting records while they keep
+ * forwarding doorbells.  Hooks stay registered across sessions.  Returns 0, or -1 if full. */
+typedef void (*st_stop_hook)(int reason, void *arg);
+int st_on_stop(st_stop_hook fn, void *arg);
+
+/* Public entry points (README.md): st_init(config) starts a session, st_stop(reason) ends it,
+ * st_tsc() is st_now() for callers outside the library. */
+ST_EXPORT uint64_t st_tsc(void);
+ST_EXPORT int st_init(const char *config);
+ST_EXPORT void st_stop(int reason);
+
+/* ------------------------------------------------------------------------------------------ */
+/* Per-thread record rings                                                                     */
+
+/* One thread's recording state.  The producer (the thread itself) writes head, tail_cache and
+ * the ring; the flusher writes tail.  A record is complete once its seq is stored (release);
+ * head is published after it. */
+struct st_thread {
+    /* producer side, one cache line */
+    uint32_t gen;                /* session this state belongs to; compared with st_g.gen */
+    uint32_t mask;               /* ring capacity - 1; 0 in aggregate mode (no ring) */
+    uint64_t head;               /* records produced in this session */
+    uint64_t tail_cache;         /* producer's last view of tail */
+    struct st_record *ring;
+    struct st_live_thread *live; /* this thread's live-block slot (or a private scratch slot) */
+    uint64_t drops;              /* records dropped because the ring was full */
+    uint32_t tid;
+    uint32_t exited;             /* set by the thread-exit destructor */
+    uint32_t seq;                /* seq of the last record made (1..0xffffffff, then 1) */
+    char pad0[4];
+    /* flusher side, its own cache line */
+    uint64_t tail __attribute__((aligned(64)));
+    int fd;                      /* stream file, opened by the flusher, -1 until then */
+    uint32_t flushed_gen;
+    uint64_t flushed_drops;
+    struct st_thread *next;      /* every thread state ever made (push-only list) */
+    char name[16];
+    uint32_t slot;               /* live-block thread slot index, or UINT32_MAX */
+    uint32_t ring_cap;           /* allocated ring capacity (kept across sessions) */
+};
+
+extern __thread struct st_thread *st_tls __attribute__((tls_model("initial-exec")));
+
+/* The calling thread's state for the current session, or NULL when not recording.  The fast
+ * path is one TLS load and one compare; the first call of a thread in a session allocates. */
+struct st_thread *st_thread_slow(void);
+static inline struct st_thread *st_self(void)
+{
+    struct st_thread *t = st_tls;
+    if (ST_LIKELY(t->gen == st_g.gen))
+        return t;
+    return st_thread_slow();
+}
+
+/* Name the calling thread's stream (e.g. "rep0"); at most 15 bytes are kept. */
+void st_thread_name(const char *name);
+
+/* seq counts 1..0xffffffff, then 1 again (0 means "never written"). */
+static inline uint32_t st_seq_next(uint32_t s) { return s == UINT32_MAX ? 1 : s + 1; }
+
+/* Room for one record, or NULL (the drop is counted) when the ring is full or the thread has no
+ * ring (aggregate mode).  Fill every field but seq, then st_rec_commit. */
+struct st_record *st_ring_full(struct st_thread *t);
+static inline struct st_record *st_rec_reserve(struct st_thread *t)
+{
+    uint64_t h = t->head;
+    if (ST_UNLIKELY(h - t->tail_cache > t->mask))
+        return st_ring_full(t);
+    return &t->ring[h & t->mask];
+}
+
+static inline void st_rec_commit(struct st_thread *t, struct st_record *r)
+{
+    uint32_t s = st_seq_next(t->seq);
+    t->seq = s;
+    __atomic_store_n(&r->seq, s, __ATOMIC_RELEASE);
+    __atomic_store_n(&t->head, t->head + 1, __ATOMIC_RELEASE);
+}
+
+/* The record's second word (type, flags, op, aux, qpn) as one store. */
+static inline void st_rec_word1(struct st_record *r, uint8_t type, uint8_t flags, uint8_t op, uint8_t aux, uint32_t qpn)
+{
+    uint64_t w = (uint64_t)type | (uint64_t)flags << 8 | (uint64_t)op << 16 | (uint64_t)aux << 24 | (uint64_t)qpn << 32;
+    __builtin_memcpy(&r->type, &w, 8);
+}
+
+/* Copy one record (seq ignored) into the calling thread's ring.  Returns 1 if recorded, 0 if
+ * dropped or not recording. */
+static inline int st_emit(const struct st_record *rec)
+{
+    struct st_thread *t = st_self();
+    if (ST_UNLIKELY(!t))
+        return 0;
+    struct st_record *r = st_rec_reserve(t);
+    if (ST_UNLIKELY(!r))
+        return 0;
+    __builtin_memcpy(r, rec, offsetof(struct st_record, seq));
+    st_rec_commit(t, r);
+    return 1;
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* Cold events (cold.jsonl)                                                                    */
+
+/* Append one event.  `json_fields` is the inside of a JSON object without braces, starting with
+ * "ev": e.g. "\"ev\":\"mr_reg\",\"fn\":\"ibv_reg_mr\",\"ret\":0,\"lkey\":5".  `ts` and `tid` are
+ * added in front.  A line is written whole or not at all; a failed write is counted. */
+ST_EXPORT void st_cold(uint64_t ts, const char *json_fields);
+/* printf-style st_cold for C callers (the formatted fields are cut at 8 KiB). */
+void st_coldf(uint64_t ts, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* Something of ours went wrong and was contained: an `error` cold event, counted. */
+void st_error(const char *where, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* The last st_error message ("where: what"), for the agent to report when st_init fails. */
+ST_EXPORT const char *st_last_error(void);
+/* Write `s` as a JSON string (with quotes) into out[n]; returns the length written. */
+size_t st_json_str(char *out, size_t n, const char *s);
+
+/* ------------------------------------------------------------------------------------------ */
+/* Live block (live.bin)                                                                       */
+
+/* Every counter has one writer (its thread, the flusher, or one repeater); use plain aligned
+ * stores.  Slots are found or made on the cold path; keep the pointer for the hot path. */
+
+/* The calling thread's slot (a private scratch slot when the table is full). */
+static inline struct st_live_thread *st_live_thread_self(void)
+{
+    struct st_thread *t = st_self();
+    return t ? t->live : NULL;
+}
+/* The slot of QP `qpn`, made (with `flags`, enum st_qp_flags, OR-ed in) if `create`; NULL if
+ * absent, or the table is full (counted), or there is no live block. */
+struct st_live_qp *st_live_qp(uint32_t qpn, int create, uint32_t flags);
+/* A new repeater slot: its index, or -1 when the table is full.  st_live_repeater(i) is the slot. */
+int st_live_repeater_alloc(void);
+struct st_live_repeater *st_live_repeater(int index);
+/* Set coverage bits (enum st_coverage). */
+void st_coverage(uint64_t bits);
+
+/* Provider coverage: `state` is enum st_provider_state; `hooks` the number installed. */
+ST_EXPORT void st_provider(const char *name, int state, int hooks);
+
+/* ------------------------------------------------------------------------------------------ */
+/* Originals of functions replaced with Interceptor.replaceFast                                */
+
+/* replaceFast is live before it returns the original, so a wrapper can run before
+ * st_set_original: st_original() waits (yielding, up to ~2 s) for the pointer and returns NULL
+ * only if it never came; the wrapper must then fail the call the way the function documents
+ * failure, never jump through NULL.  Declare one per wrapped function at file scope:
+ *
+ *     ST_ORIGINAL(orig_cuMemHostRegister, "cuMemHostRegister");
+ *     ...
+ *     CUresult (*real)(void *, size_t, unsigned) = st_original(&orig_cuMemHostRegister);
+ *
+ * The agent calls st_set_original("cuMemHostRegister", ptr) right after replaceFast. */
+struct st_original {
+    const char *name;
+    void *volatile ptr;
+};
+#define ST_ORIGINAL(var, fname)                                                                 \
+    struct st_original var = {fname, 0};                                                        \
+    static struct st_original *const var##_entry                                               \
+        __attribute__((used, section("st_originals"), aligned(sizeof(void *)))) = &var
+
+ST_EXPORT int st_set_original(const char *name, void *ptr); /* 0, or -1 if no such wrapper */
+void *st_original_wait(struct st_original *o);
+static inline void *st_original(struct st_original *o)
+{
+    void *p = __atomic_load_n(&o->ptr, __ATOMIC_ACQUIRE);
+    return ST_LIKELY(p != 0) ? p : st_original_wait(o);
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* Internal plumbing between the runtime's own files                                           */
+
+void st_threads_stop_all(void);           /* rt_thread.c: called by st_stop */
+int st_flusher_start(uint32_t gen);       /* rt_flush.c */
+void st_flusher_stop(void);               /* final drain, joins the flusher */
+int st_flusher_is_self(void);
+void st_flusher_forget(void);             /* in a forked child */
+void st_threads_reap(uint32_t gen);       /* rt_thread.c: free exited, drained threads */
+void st_threads_forget(void);             /* in a forked child */
+struct st_thread *st_threads_head(void);
+int st_live_open(const char *dir, int mode, int doorbells, int attached); /* rt_live.c */
+void st_live_close(int state);            /* end calibration, state; keeps the mapping */
+void st_live_forget(void);                /* in a forked child: stop writing the parent's file */
+void st_live_publish(void);               /* flusher: header counters from thread states */
+int st_cold_open(const char *dir);         /* rt_cold.c */
+void st_cold_close(void);
+uint64_t st_cold_count(void);
+uint64_t st_cold_drop_count(void);
+void st_run_stop_hooks(int reason);
+void st_verbs_restore_all(void);          /* verbs_hot.c: put every replaced slot back */
+uint32_t st_gettid(void);
+
+#endif

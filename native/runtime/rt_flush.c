@@ -1,0 +1,259 @@
+/* The flusher: one thread per process that drains every thread's ring into its stream file,
+ * publishes counters to the live block, refines the TSC rate, and watches the controller.
+ * It sleeps between passes, longer while there is nothing to do (the machines have 2 cores). */
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "rt.h"
+
+
+static pthread_t st_flusher_tid;
+static int st_flusher_running;
+static volatile int st_flusher_quit;
+static uint32_t st_flusher_gen; /* the session being flushed */
+static int st_pidfd = -1;
+static uint64_t st_records_total, st_drops_total, st_bytes_total, st_flush_errors;
+
+int st_flusher_is_self(void) { return st_flusher_running && pthread_equal(pthread_self(), st_flusher_tid); }
+
+static int st_open_stream(struct st_thread *t)
+{
+    char path[4200];
+    int fd = -1;
+    for (int n = 0; n < 1000 && fd < 0; n++) {
+        if (n == 0)
+            snprintf(path, sizeof(path), "%s/streams/t%u.bin", st_config()->dir, t->tid);
+        else /* a tid reused by a later thread of the same session */
+            snprintf(path, sizeof(path), "%s/streams/t%u-%d.bin", st_config()->dir, t->tid, n);
+        fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+        if (fd < 0 && errno != EEXIST)
+            break;
+    }
+    if (fd < 0) {
+        st_error("flusher", "cannot create a stream file for thread %u: %s", t->tid, strerror(errno));
+        return -1;
+    }
+    struct st_stream_header h;
+    memset(&h, 0, sizeof(h));
+    memcpy(h.magic, ST_STREAM_MAGIC, 8);
+    h.version = ST_FORMAT_VERSION;
+    h.record_size = sizeof(struct st_record);
+    h.pid = (uint32_t)getpid();
+    h.tid = t->tid;
+    h.clock = ST_CLOCK_TSC;
+    memcpy(h.name, t->name, sizeof(h.name));
+    if (write(fd, &h, sizeof(h)) != (ssize_t)sizeof(h)) {
+        st_error("flusher", "cannot write the header of %s: %s", path, strerror(errno));
+        close(fd);
+        return -1;
+    }
+    return fd;
+}
+
+static int st_write_all(int fd, const void *buf, size_t n)
+{
+    const char *p = buf;
+    while (n) {
+        ssize_t w = write(fd, p, n);
+        if (w < 0 && errno == EINTR)
+            continue;
+        if (w <= 0)
+            return -1;
+        p += w;
+        n -= (size_t)w;
+    }
+    return 0;
+}
+
+/* Drain one thread of the flushed session.  Returns the number of records written. */
+static uint64_t st_drain(struct st_thread *t, uint32_t gen)
+{
+    if (__atomic_load_n(&t->gen, __ATOMIC_ACQUIRE) != gen)
+        return 0;
+    uint64_t written = 0;
+    uint64_t drops = __atomic_load_n(&t->drops, __ATOMIC_RELAXED);
+    if (drops != t->flushed_drops) {
+        st_drops_total += drops - t->flushed_drops;
+        t->flushed_drops = drops;
+    }
+    if (t->ring) {
+        uint64_t head = __atomic_load_n(&t->head, __ATOMIC_ACQUIRE);
+        uint64_t tail = t->tail;
+        uint32_t cap = t->mask + 1;
+        if (head != tail && t->fd < 0)
+            t->fd = st_open_stream(t);
+        while (tail != head) {
+            uint64_t idx = tail & t->mask;
+            uint64_t n = head - tail;
+            if (n > cap - idx)
+                n = cap - idx;
+            if (t->fd < 0 || st_write_all(t->fd, &t->ring[idx], n * sizeof(struct st_record)) < 0) {
+                /* lost to an I/O error: counted as dropped, the stream shows a seq gap */
+                if (t->fd >= 0 && st_flush_errors++ == 0)
+                    st_error("flusher", "writing the stream of thread %u: %s", t->tid, strerror(errno));
+                st_drops_total += n;
+            } else {
+                written += n;
+                st_bytes_total += n * sizeof(struct st_record);
+            }
+            tail += n;
+            __atomic_store_n(&t->tail, tail, __ATOMIC_RELEASE);
+        }
+        if (t->live)
+            t->live->records = head;
+    }
+    if (t->live)
+        t->live->drops = t->drops;
+    st_records_total += written;
+    return written;
+}
+
+void st_flush_thread(struct st_thread *t) { st_drain(t, st_flusher_gen); }
+
+/* One pass over every thread.  Returns the fullest ring's fill ratio seen (0..1). */
+static double st_flush_pass(uint32_t gen)
+{
+    double fullest = 0;
+    for (struct st_thread *t = st_threads_head(); t; t = t->next) {
+        if (t->ring && __atomic_load_n(&t->gen, __ATOMIC_ACQUIRE) == gen) {
+            double fill = (double)(__atomic_load_n(&t->head, __ATOMIC_ACQUIRE) - t->tail) / (t->mask + 1);
+            if (fill > fullest)
+                fullest = fill;
+        }
+        st_drain(t, gen);
+        if (t->gen == gen && t->live && !(st_g.live->coverage & ST_COV_RECORDS_FLOWING)) {
+            uint64_t calls = 0;
+            for (int i = 0; i < ST_LIVE_CALLS; i++)
+                calls += t->live->calls[i];
+            if (calls) /* aggregate mode makes no records: counters are the flow */
+                st_coverage(ST_COV_RECORDS_FLOWING);
+        }
+        if (__atomic_load_n(&t->exited, __ATOMIC_ACQUIRE) && t->fd >= 0 &&
+            t->tail == __atomic_load_n(&t->head, __ATOMIC_ACQUIRE)) {
+            close(t->fd);
+            t->fd = -1;
+        }
+    }
+    st_live_publish();
+    return fullest;
+}
+
+void st_live_publish(void)
+{
+    struct st_live_header *h = st_g.live;
+    if (!h)
+        return;
+    h->records_written = st_records_total;
+    h->records_dropped = st_drops_total;
+    h->bytes_written = st_bytes_total;
+    h->cold_events = st_cold_count();
+    h->cold_dropped = st_cold_drop_count();
+    h->flush_errors = st_flush_errors;
+    h->heartbeat_tsc = st_now();
+    if (st_records_total)
+        st_coverage(ST_COV_RECORDS_FLOWING);
+}
+
+static void *st_flusher_main(void *arg)
+{
+    uint32_t gen = st_flusher_gen;
+    pthread_setname_np(pthread_self(), "st-flusher");
+    int sleep_ms = 1;
+    struct timespec last_cal;
+    clock_gettime(CLOCK_MONOTONIC, &last_cal);
+    while (!__atomic_load_n(&st_flusher_quit, __ATOMIC_ACQUIRE)) {
+        double fullest = st_flush_pass(gen);
+        st_threads_reap(gen);
+        struct timespec now;
+        clock_gettime(CLOCK_MONOTONIC, &now);
+        if (now.tv_sec - last_cal.tv_sec >= 1) {
+            st_tsc_hz(); /* refines the estimate in the live header */
+            last_cal = now;
+        }
+        /* busy: come back at once; some data: 1 ms; idle: back off up to flush_max_ms */
+        if (fullest > 0.25)
+            sleep_ms = 0;
+        else if (fullest > 0)
+            sleep_ms = 1;
+        else if (sleep_ms < (int)st_config()->flush_max_ms)
+            sleep_ms = sleep_ms ? sleep_ms * 2 : 1;
+        if (sleep_ms > (int)st_config()->flush_max_ms)
+            sleep_ms = (int)st_config()->flush_max_ms;
+        if (sleep_ms == 0) {
+            sched_yield();
+            continue;
+        }
+        struct pollfd p = {.fd = st_pidfd, .events = POLLIN};
+        int r = poll(&p, st_pidfd >= 0 ? 1 : 0, sleep_ms);
+        if (r > 0 && (p.revents & (POLLIN | POLLHUP | POLLERR))) {
+            /* the controller is gone: stop recording here, keep the process running */
+            st_stop(ST_STOP_CONTROLLER_LOST);
+            break;
+        }
+    }
+    return NULL;
+}
+
+int st_flusher_start(uint32_t gen)
+{
+    st_flusher_gen = gen;
+    st_flusher_quit = 0;
+    st_records_total = st_drops_total = st_bytes_total = st_flush_errors = 0;
+    st_pidfd = -1;
+    int cpid = st_config()->controller_pid;
+    if (cpid > 0) {
+        st_pidfd = (int)syscall(SYS_pidfd_open, cpid, 0);
+        if (st_pidfd < 0)
+            st_error("controller", "cannot watch controller %d (pidfd_open: %s); a killed controller will "
+                     "not be noticed", cpid, strerror(errno));
+    }
+    /* the flusher must not receive the application's signals */
+    sigset_t all, old;
+    sigfillset(&all);
+    pthread_sigmask(SIG_SETMASK, &all, &old);
+    int r = pthread_create(&st_flusher_tid, NULL, st_flusher_main, NULL);
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    if (r != 0) {
+        st_error("flusher", "cannot start the flusher thread: %s", strerror(r));
+        return -1;
+    }
+    st_flusher_running = 1;
+    return 0;
+}
+
+/* Final drain.  Called by st_stop after recording stopped; from the flusher itself when the
+ * controller was lost (then it only drains: the thread ends by returning). */
+void st_flusher_stop(void)
+{
+    if (st_flusher_running) {
+        __atomic_store_n(&st_flusher_quit, 1, __ATOMIC_RELEASE);
+        if (!st_flusher_is_self())
+            pthread_join(st_flusher_tid, NULL);
+        else
+            pthread_detach(st_flusher_tid);
+        st_flusher_running = 0;
+    }
+    st_flush_pass(st_flusher_gen);
+    if (st_pidfd >= 0) {
+        close(st_pidfd);
+        st_pidfd = -1;
+    }
+}
+
+/* In a child made by fork: there is no flusher thread; forget the parent's. */
+void st_flusher_forget(void)
+{
+    st_flusher_running = 0;
+    if (st_pidfd >= 0)
+        close(st_pidfd);
+    st_pidfd = -1;
+}

@@ -1,0 +1,285 @@
+"""The capture controller: starts (spawn) or reaches (attach) the traced processes, keeps the
+trace directory's metadata, and ends tracing cleanly.
+
+All work happens on the caller's thread in one loop; Frida and the follow server only put
+events on a queue (Frida callbacks must not call back into Frida)."""
+from __future__ import annotations
+
+import os
+import queue
+import signal
+import subprocess
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ..errors import SigmatraceError, TargetError, UsageError
+from ..trace.writer import make_dir
+from . import launch
+from .config import CaptureOptions
+from .follow import FollowServer
+from .metadata import SessionMeta
+from .observers import load_observers
+from .process import CaptureError, TracedProcess
+from .ui import CaptureUI
+
+
+@dataclass
+class CaptureResult:
+    out: Path
+    status: str                      # completed | detached | interrupted
+    exit_code: int | None = None     # spawn: the program's exit status (-N: killed by signal N)
+    processes: list[int] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+
+
+def _is_dynamic(path: str) -> bool:
+    """True for an ELF with a program interpreter (LD_PRELOAD applies); scripts count as dynamic
+    (their interpreter is)."""
+    try:
+        with open(path, "rb") as f:
+            head = f.read(4)
+            if head[:2] == b"#!":
+                return True
+            if head != b"\x7fELF":
+                return True
+            from elftools.elf.elffile import ELFFile
+            f.seek(0)
+            return any(seg["p_type"] == "PT_INTERP" for seg in ELFFile(f).iter_segments())
+    except Exception:
+        return True
+
+
+class Controller:
+    def __init__(self, options: CaptureOptions, ui: CaptureUI | None = None):
+        self.options = options
+        self.ui = ui or CaptureUI()
+        self.events: queue.Queue = queue.Queue()
+        self.procs: dict[str, TracedProcess] = {}  # dir name -> process
+        self.out: Path | None = None
+        self.session: SessionMeta | None = None
+        self.warnings: list[str] = []
+        self._device = None
+        self._observers = []
+
+    # ------------------------------------------------------------------ common
+
+    def _device_(self):
+        if self._device is None:
+            import frida
+            self._device = frida.get_local_device()
+        return self._device
+
+    def _prepare_out(self, default_name: str) -> Path:
+        out = self.options.out or launch.default_out(default_name)
+        out = Path(out)
+        if (out / "session.json").exists():
+            raise UsageError(f"{out} already holds a trace", hint="choose another --out")
+        try:
+            make_dir(out)
+        except OSError as e:
+            raise UsageError(f"cannot create the trace directory {out}: {e.strerror}") from None
+        self.out = out
+        return out
+
+    def _warn(self, text: str) -> None:
+        self.warnings.append(text)
+        self.ui.warning(text)
+
+    def _proc_dir(self, pid: int) -> Path:
+        """p<pid>, or p<pid>.<n> for a later program image of the same pid (exec)."""
+        name = f"p{pid}"
+        n = 0
+        while name in self.procs or (self.out / name).exists():
+            n += 1
+            name = f"p{pid}.{n}"
+        return self.out / name
+
+    def _trace(self, pid: int, attached: bool, argv: list[str] | None = None) -> TracedProcess | None:
+        """Start tracing one process; problems become warnings (the process runs on)."""
+        proc_dir = self._proc_dir(pid)
+        tp = TracedProcess(self._device_(), pid, proc_dir, self.options, self.ui, attached, argv)
+        self.procs[proc_dir.name] = tp
+        self.session.add_process(pid, proc_dir.name)
+        try:
+            tp.start()
+        except (TargetError, CaptureError) as e:
+            tp.meta.set(error=e.one_line())
+            tp.meta.write()
+            tp.ended.set()
+            tp.end_reason = "not-traced"
+            if attached:
+                raise
+            self._warn(f"pid {pid} not traced: {e.one_line()}")
+            return None
+        for ob in self._observers:
+            try:
+                ob.process_started(pid, proc_dir)
+            except Exception as e:  # an observer's failure is contained
+                self._warn(f"{type(ob).__name__} for pid {pid}: {e}")
+        return tp
+
+    def _live(self) -> list[TracedProcess]:
+        return [p for p in self.procs.values() if not p.ended.is_set()]
+
+    def _reap_ended(self, reported: set) -> None:
+        for name, tp in self.procs.items():
+            if tp.ended.is_set() and name not in reported:
+                reported.add(name)
+                how = {"process-terminated": "exited", "process-replaced": "replaced by exec",
+                       "application-requested": "detached"}.get(tp.end_reason or "", tp.end_reason or "ended")
+                if tp.replaced:
+                    how = "replaced by exec"
+                tp.meta.set(end=how)
+                tp.meta.write()
+                self.ui.process_ended(tp.pid, how)
+
+    def _stop_all(self, reason: str) -> None:
+        for tp in self._live():
+            tp.stop(reason)
+        for ob in self._observers:
+            try:
+                ob.stop()
+            except Exception as e:
+                self._warn(f"{type(ob).__name__}: {e}")
+
+    # ------------------------------------------------------------------ spawn
+
+    def spawn(self, argv: list[str], duration: float | None = None) -> CaptureResult:
+        argv = launch.resolve_program(argv)
+        out = self._prepare_out(argv[0])
+        providers = self.options.requested_providers()
+        self.session = SessionMeta(out, "spawn", argv, self.options.mode.value, providers, self.options.doorbells)
+        self.session.write()
+        self._observers = load_observers(self.options, out)
+        if not _is_dynamic(argv[0]):
+            return self._spawn_static(argv, duration)
+        server = FollowServer(self.events)
+        status, code = "completed", None
+        child = None
+        try:
+            env = server.env(os.environ)
+            self.ui.status(f"starting {' '.join(argv)}")
+            try:
+                child = subprocess.Popen(argv, env=env)
+            except OSError as e:
+                raise TargetError(f"cannot start {argv[0]}: {e.strerror}") from None
+            root_seen = False
+            deadline = time.monotonic() + duration if duration else None
+            reported: set = set()
+            interrupted = False
+            while True:
+                try:
+                    kind, item = self.events.get(timeout=0.1)
+                except queue.Empty:
+                    kind = None
+                except KeyboardInterrupt:
+                    interrupted = True
+                    break
+                if kind == "hello":
+                    for tp in self.procs.values():
+                        if tp.pid == item.pid:
+                            tp.replaced = True  # a new program image of a pid we trace: it called exec
+                    is_root = item.pid == child.pid and not root_seen
+                    try:
+                        if is_root or self.options.follow_children:
+                            root_seen = root_seen or is_root
+                            self._trace(item.pid, attached=False)
+                    finally:
+                        item.release()
+                self._reap_ended(reported)
+                if child.poll() is not None and not self._live() and self.events.empty():
+                    break
+                if deadline and time.monotonic() > deadline:
+                    status = "detached"
+                    break
+            if interrupted:
+                status = "interrupted"
+                self.ui.status("interrupted: stopping tracing (the program keeps running)")
+            old = signal.signal(signal.SIGINT, signal.SIG_IGN)
+            try:
+                self._stop_all("detach")
+            finally:
+                signal.signal(signal.SIGINT, old)
+            self._reap_ended(reported)
+            if not root_seen and child is not None:
+                self._warn("the program never reached the tracer (static, setuid, or LD_PRELOAD removed): "
+                           "nothing was traced")
+            code = self._wait_child(child, interrupted)
+        finally:
+            server.close()
+        self.session.finish(status, exit_code=code, warnings=self.warnings)
+        return CaptureResult(out, status, code, [p.pid for p in self.procs.values()], self.warnings)
+
+    def _wait_child(self, child: subprocess.Popen, interrupted: bool) -> int | None:
+        if child is None:
+            return None
+        try:
+            return child.wait()
+        except KeyboardInterrupt:
+            # a second Ctrl-C: leave the program to itself
+            return None
+
+    def _spawn_static(self, argv: list[str], duration: float | None) -> CaptureResult:
+        """A statically linked program ignores LD_PRELOAD: Frida starts it suspended instead
+        (its children are not followed)."""
+        import frida
+
+        dev = self._device_()
+        try:
+            pid = dev.spawn(argv)
+        except frida.ExecutableNotFoundError:
+            raise TargetError(f"program not found: {argv[0]}") from None
+        except frida.NotSupportedError as e:
+            raise TargetError(f"cannot start {argv[0]}: {e}") from None
+        try:
+            self._trace(pid, attached=False, argv=argv)
+        finally:
+            dev.resume(pid)
+        status = self._wait_procs(duration)
+        self.session.finish(status, exit_code=None, warnings=self.warnings)
+        return CaptureResult(self.out, status, None, [pid], self.warnings)
+
+    # ------------------------------------------------------------------ attach
+
+    def attach(self, pid: int, duration: float | None = None) -> CaptureResult:
+        launch.check_pid(pid)
+        comm = Path(f"/proc/{pid}/comm").read_text().strip() if Path(f"/proc/{pid}/comm").exists() else str(pid)
+        out = self._prepare_out(comm)
+        providers = self.options.requested_providers()
+        self.session = SessionMeta(out, "attach", pid, self.options.mode.value, providers, self.options.doorbells)
+        self.session.write()
+        self._observers = load_observers(self.options, out)
+        try:
+            self._trace(pid, attached=True)
+        except SigmatraceError:
+            self.session.finish("failed", warnings=self.warnings)
+            raise
+        self.ui.status("Ctrl-C stops tracing (the process keeps running)" if duration is None
+                       else f"tracing for {duration:g} s")
+        status = self._wait_procs(duration)
+        self.session.finish(status, warnings=self.warnings)
+        return CaptureResult(out, status, None, [pid], self.warnings)
+
+    def _wait_procs(self, duration: float | None) -> str:
+        deadline = time.monotonic() + duration if duration else None
+        reported: set = set()
+        status = "completed"
+        try:
+            while self._live():
+                time.sleep(0.1)
+                self._reap_ended(reported)
+                if deadline and time.monotonic() > deadline:
+                    status = "detached"
+                    break
+        except KeyboardInterrupt:
+            status = "interrupted"
+            self.ui.status("interrupted: stopping tracing (the program keeps running)")
+        # a second Ctrl-C while hooks are being removed must not leave them half-removed
+        old = signal.signal(signal.SIGINT, signal.SIG_IGN)
+        try:
+            self._stop_all("detach")
+        finally:
+            signal.signal(signal.SIGINT, old)
+        self._reap_ended(reported)
+        return status

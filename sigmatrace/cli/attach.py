@@ -1,0 +1,36 @@
+"""`sigmatrace attach`: trace a running process for a while; it keeps running afterwards."""
+from __future__ import annotations
+
+from typing import Optional
+
+import typer
+from typing_extensions import Annotated
+
+from .options import ModeOpt, OutOpt, ProvidersOpt, RingOpt, capture_options
+from ..capture.config import DEFAULT_RING_RECORDS, Mode
+
+HELP = """Trace the running process PID until Ctrl-C or --duration; then every hook is removed and the process runs on as before. Needs the right to ptrace PID (its owner, or root). Verbs contexts and QPs made before the attach are found and reported as such."""
+
+
+def register(app: typer.Typer) -> None:
+    @app.command("attach", help=HELP)
+    def attach(
+        pid: Annotated[int, typer.Option("--pid", metavar="PID", help="The process to trace.")],
+        duration: Annotated[Optional[float], typer.Option("--duration", "-d", metavar="S", help="Trace for S seconds, then detach.")] = None,
+        mode: ModeOpt = Mode.SIMPLE,
+        providers: ProvidersOpt = None,
+        out: OutOpt = None,
+        ring_records: RingOpt = DEFAULT_RING_RECORDS,
+        quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress lines.")] = False,
+        verbose: Annotated[bool, typer.Option("--verbose", "-v", help="More progress detail.")] = False,
+    ) -> None:
+        from ..capture import Controller
+        from ..capture.ui import CaptureUI, RichUI
+
+        opts, warning = capture_options(mode, providers, out, ring_records, follow_children=False)
+        ui = CaptureUI() if quiet else RichUI(verbose=verbose)
+        if warning:
+            ui.warning(warning)
+        result = Controller(opts, ui).attach(pid, duration=duration)
+        if not quiet:
+            ui.status(f"{result.status}; trace written to {result.out} (sigmatrace report {result.out})")

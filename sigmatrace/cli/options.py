@@ -1,0 +1,41 @@
+"""Options shared by the capture commands (spawn, attach; demo and top reuse them), declared once."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+import typer
+from typing_extensions import Annotated
+
+from ..capture.config import ALL_PROVIDERS, CaptureOptions, Mode, parse_providers
+
+ModeOpt = Annotated[Mode, typer.Option(
+    "--mode", "-m", case_sensitive=False,
+    help="aggregate: totals only, no per-event I/O; simple: one record per post_send call; "
+         "full: one record per work request and completion.")]
+ProvidersOpt = Annotated[Optional[str], typer.Option(
+    "--providers", "-p", metavar="LIST",
+    help=f"Comma-separated layers to hook ({', '.join(ALL_PROVIDERS)}); default: every one found. "
+         "An omitted provider installs no hook.")]
+OutOpt = Annotated[Optional[Path], typer.Option(
+    "--out", "-o", metavar="DIR",
+    help="Trace directory to create (owner-only). {rank} expands from RANK / OMPI_COMM_WORLD_RANK / "
+         "PMI_RANK / SLURM_PROCID / LOCAL_RANK. Default: ./sigmatrace-<program>-<time>.")]
+RingOpt = Annotated[int, typer.Option(
+    "--ring-records", metavar="N", hidden=True,
+    help="Records buffered per recording thread (a power of two).")]
+DebugOpt = Annotated[bool, typer.Option("--debug", help="Show full tracebacks on errors.")]
+
+
+def capture_options(mode: Mode, providers: str | None, out: Path | None, ring_records: int | None = None,
+                    follow_children: bool = True) -> tuple[CaptureOptions, str | None]:
+    """CaptureOptions from the shared options; also a warning about {rank} if there is one."""
+    from ..capture.launch import expand_out
+
+    warning = None
+    if out is not None:
+        out, warning = expand_out(out)
+    opts = CaptureOptions(mode=mode, providers=parse_providers(providers), out=out, follow_children=follow_children)
+    if ring_records:
+        opts.ring_records = ring_records
+    return opts, warning

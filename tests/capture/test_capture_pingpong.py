@@ -1,0 +1,114 @@
+"""Debian's ibv_rc_pingpong (both sides) under `sigmatrace spawn` on the emulated NIC: exact
+counts of sends, receives and completions, sizes and QP pairing, in all three modes; and both
+sides under one `sigmatrace spawn` of a shell (children followed into one trace)."""
+import os
+import shutil
+import socket
+import time
+import uuid
+
+import pytest
+
+from capture_helpers import report, run_cmd, sigmatrace, sigmatrace_cmd, start_cmd, wait_cmd
+
+PINGPONG = shutil.which("ibv_rc_pingpong")
+RX_DEPTH = 500  # ibv_rc_pingpong's default receive queue depth
+
+
+def simnic_env() -> dict:
+    from sigmatrace.simnic import environment
+
+    return {**os.environ, **environment(devices=1, fabric=f"cap-{uuid.uuid4().hex[:12]}")}
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def recv_wrs_posted(iters: int, depth: int = RX_DEPTH) -> int:
+    """Receive WRs ibv_rc_pingpong posts for `iters` messages: `depth` at start, then a refill to
+    `depth` whenever only one is left (rc_pingpong.c's main loop), one ibv_post_recv call each."""
+    routs = total = depth
+    for _ in range(iters):
+        routs -= 1
+        if routs <= 1:
+            total += depth - routs
+            routs = depth
+    return total
+
+
+def pingpong_args(iters, size, port):
+    return [PINGPONG, "-n", str(iters), "-s", str(size), "-p", str(port)]
+
+
+def check_side(r, iters, size, mode):
+    assert r["coverage"] == {"requested": True, "agent_loaded": True, "runtime_ready": True,
+                             "hooks_installed": True, "records_flowing": True}
+    assert r["drops"] == 0 and r["problems"] == []
+    posted = recv_wrs_posted(iters)
+    assert r["calls"]["ibv_post_send"] == iters
+    assert r["calls"]["ibv_post_recv"] == posted
+    assert r["ops"] == {"SEND": iters} and r["bytes"] == iters * size
+    assert r["recv_wrs"] == posted and r["recv_bytes"] == posted * size
+    assert r["completions"] == 2 * iters and r["completion_errors"] == 0
+    for fn in ("ibv_open_device", "ibv_alloc_pd", "ibv_reg_mr", "ibv_create_cq", "ibv_create_qp",
+               "ibv_destroy_qp", "ibv_destroy_cq", "ibv_dereg_mr", "ibv_dealloc_pd", "ibv_close_device"):
+        assert r["calls"][fn] == 1, fn
+    assert r["calls"]["ibv_modify_qp"] == 3  # INIT, RTR, RTS
+    [qp] = r["qps"]
+    assert qp["type"] == "RC" and qp["ops"] == iters and qp["bytes"] == iters * size
+    if mode == "aggregate":
+        assert r["records"] == {}
+    elif mode == "simple":
+        assert r["records"] == {"POST_SEND": iters}
+        assert qp["ops_by_opcode"] == {"SEND": iters} and qp["bytes_by_opcode"] == {"SEND": iters * size}
+    else:
+        assert r["records"] == {"SEND_WR": iters, "RECV_WR": posted, "COMPLETION": 2 * iters}
+        assert qp["ops_by_opcode"] == {"SEND": iters} and qp["bytes_by_opcode"] == {"SEND": iters * size}
+    return qp
+
+
+@pytest.mark.skipif(PINGPONG is None, reason="ibverbs-utils (ibv_rc_pingpong) is not installed")
+@pytest.mark.parametrize("mode", ["aggregate", "simple", "full"])
+def test_rc_pingpong_both_sides(tmp_path, mode):
+    env = simnic_env()
+    iters, size, port = 1200, 512, free_port()  # more than RX_DEPTH: receive refills happen
+    server = start_cmd([*sigmatrace_cmd(), "spawn", "-q", "--mode", mode, "--out", str(tmp_path / "server"), "--",
+                        *pingpong_args(iters, size, port)], env=env)
+    time.sleep(1.0)
+    client = run_cmd([*sigmatrace_cmd(), "spawn", "-q", "--mode", mode, "--out", str(tmp_path / "client"), "--",
+                      *pingpong_args(iters, size, port), "localhost"], env=env, timeout=180)
+    s_out, s_err, s_rc = wait_cmd(server, timeout=60)
+    assert client.returncode == 0, client.stderr
+    assert s_rc == 0, s_err
+    for out in (client.stdout, s_out):
+        assert f"{iters} iters in" in out  # the program's own result line
+    rs, rc = report(tmp_path / "server"), report(tmp_path / "client")
+    sqp = check_side(rs, iters, size, mode)
+    cqp = check_side(rc, iters, size, mode)
+    # QP pairing: each side's peer is the other side's QP
+    assert sqp["remote_qpn"] == cqp["qpn"] and cqp["remote_qpn"] == sqp["qpn"]
+    assert sqp["state"] == "RTS" and cqp["state"] == "RTS"
+
+
+@pytest.mark.skipif(PINGPONG is None, reason="ibverbs-utils (ibv_rc_pingpong) is not installed")
+def test_rc_pingpong_under_one_shell(tmp_path):
+    """One `sigmatrace spawn` of a shell that starts both sides: the exec'd children are followed
+    into one trace, and their QPs are paired across processes."""
+    env = simnic_env()
+    iters, size, port = 300, 128, free_port()
+    pp = " ".join(pingpong_args(iters, size, port))
+    script = f"{pp} > server.out & sleep 1; {pp} localhost > client.out; wait"
+    res = sigmatrace("spawn", "-q", "--mode", "full", "--out", tmp_path / "t", "--", "/bin/sh", "-c", script,
+                     env=env, cwd=tmp_path, timeout=180)
+    assert res.returncode == 0, res.stderr
+    r = report(tmp_path / "t")
+    argv0 = sorted(os.path.basename((p["argv"] or ["?"])[0]) for p in r["processes"])
+    assert argv0.count("ibv_rc_pingpong") == 2 and "sh" in argv0
+    assert r["calls"]["ibv_post_send"] == 2 * iters and r["ops"] == {"SEND": 2 * iters}
+    assert r["completions"] == 4 * iters and r["records"]["SEND_WR"] == 2 * iters
+    a, b = r["qps"]
+    assert a["remote_qpn"] == b["qpn"] and b["remote_qpn"] == a["qpn"]
+    assert a["remote_pid"] == b["pid"] and b["remote_pid"] == a["pid"] and a["pid"] != b["pid"]
