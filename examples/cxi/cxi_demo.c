@@ -5,9 +5,11 @@
  *
  *   cxi_demo [--puts N] [--gets N] [--atomics N] [--msgs N] [--rndv N]
  *            [--plugin PATH --reduce N [--plugin-wait-ms MS]] [--wait] [--delay-us US]
+ *            [--json-out FILE]
  *
  * --wait prints "ready <pid>" and waits for a line on stdin before issuing anything (for
- * attaching a tracer).  Exit status 0 when every command was issued and consumed.
+ * attaching a tracer).  --json-out writes the JSON line to FILE instead.  Exit status 0 when every
+ * command was issued and consumed.
  */
 #include <dlfcn.h>
 #include <inttypes.h>
@@ -119,7 +121,7 @@ int main(int argc, char **argv)
 {
     long puts_n = 0, gets_n = 0, atomics_n = 0, msgs_n = 0, rndv_n = 0, reduce_n = 0;
     long plugin_wait_ms = 0, delay_us = 0;
-    const char *plugin = NULL;
+    const char *plugin = NULL, *json_out = NULL;
     int wait = 0;
 
     for (int i = 1; i < argc; i++) {
@@ -136,6 +138,7 @@ int main(int argc, char **argv)
         else if (!strcmp(a, "--plugin")) plugin = v;
         else if (!strcmp(a, "--plugin-wait-ms")) plugin_wait_ms = atol(v);
         else if (!strcmp(a, "--delay-us")) delay_us = atol(v);
+        else if (!strcmp(a, "--json-out")) json_out = v;
         else { fprintf(stderr, "cxi_demo: unknown option %s\n", a); return 2; }
         i++;
     }
@@ -195,6 +198,10 @@ int main(int argc, char **argv)
     cxisim_cq_free(qa, &sa);
     cxisim_cq_free(qb, &sb);
 
+    if (json_out && !freopen(json_out, "w", stdout)) {
+        fprintf(stderr, "cxi_demo: cannot write %s\n", json_out);
+        return 1;
+    }
     printf("{\"pid\": %d, \"doorbells_rung\": %" PRIu64 ", \"commands_emitted\": %" PRIu64
            ", \"failures\": %" PRIu64 ", \"drained\": %s, \"queue_a_wp32\": %" PRIu64
            ", \"queue_b_wp32\": %" PRIu64 ", ",

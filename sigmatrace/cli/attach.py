@@ -6,7 +6,7 @@ from typing import Optional
 import typer
 from typing_extensions import Annotated
 
-from .options import ModeOpt, OutOpt, ProvidersOpt, RingOpt, capture_options
+from .options import DebugDirOpt, ModeOpt, OutOpt, ProvidersOpt, RingOpt, capture_options
 from ..capture.config import DEFAULT_RING_RECORDS, Mode
 
 HELP = """Trace the running process PID until Ctrl-C or --duration; then every hook is removed and the process runs on as before. Needs the right to ptrace PID (its owner, or root). Verbs contexts and QPs made before the attach are found and reported as such."""
@@ -21,13 +21,15 @@ def register(app: typer.Typer) -> None:
         providers: ProvidersOpt = None,
         out: OutOpt = None,
         ring_records: RingOpt = DEFAULT_RING_RECORDS,
+        debug_dir: DebugDirOpt = None,
         quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress lines.")] = False,
         verbose: Annotated[bool, typer.Option("--verbose", "-v", help="More progress detail.")] = False,
     ) -> None:
         from ..capture import Controller
         from ..capture.ui import CaptureUI, RichUI
 
-        opts, warning = capture_options(mode, providers, out, ring_records, follow_children=False)
+        opts, warning = capture_options(mode, providers, out, ring_records, follow_children=False,
+                                         debug_dirs=debug_dir)
         ui = CaptureUI() if quiet else RichUI(verbose=verbose)
         if warning:
             ui.warning(warning)

@@ -6,7 +6,7 @@ from typing import List, Optional
 import typer
 from typing_extensions import Annotated
 
-from .options import ModeOpt, OutOpt, ProvidersOpt, RingOpt, capture_options
+from .options import DebugDirOpt, ModeOpt, OutOpt, ProvidersOpt, RingOpt, capture_options
 from ..capture.config import DEFAULT_RING_RECORDS, Mode
 
 HELP = """Start PROGRAM under the tracer and record its RDMA activity.
@@ -29,6 +29,7 @@ def register(app: typer.Typer) -> None:
         no_children: Annotated[bool, typer.Option("--no-children", help="Do not trace programs the target starts.")] = False,
         duration: Annotated[Optional[float], typer.Option("--duration", "-d", metavar="S", help="Stop tracing after S seconds (the program runs on).")] = None,
         ring_records: RingOpt = DEFAULT_RING_RECORDS,
+        debug_dir: DebugDirOpt = None,
         quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress lines, no summary.")] = False,
         verbose: Annotated[bool, typer.Option("--verbose", "-v", help="More progress detail.")] = False,
     ) -> None:
@@ -37,7 +38,8 @@ def register(app: typer.Typer) -> None:
 
         if program and program[0] == "--":
             program = program[1:]
-        opts, warning = capture_options(mode, providers, out, ring_records, follow_children=not no_children)
+        opts, warning = capture_options(mode, providers, out, ring_records, follow_children=not no_children,
+                                         debug_dirs=debug_dir)
         ui = CaptureUI() if quiet else RichUI(verbose=verbose)
         if warning:
             ui.warning(warning)

@@ -79,20 +79,21 @@ class FileOutcome:
 class CxiProvider:
     def __init__(self, pid: int, proc_dir: str | os.PathLike, debug_dirs=(), *,
                  emit_probes: bool = True, on_message: Message | None = None,
-                 rescan_interval: float = 0.2, max_slots: int | None = None):
+                 rescan_interval: float = 0.2, max_slots: int | None = None, quiet: bool = False):
         self.pid = pid
         self.proc_dir = make_dir(proc_dir)
         self.debug_dirs = [str(d) for d in debug_dirs]
         self.emit_probes = emit_probes
         self.rescan_interval = rescan_interval
         self.max_slots = max_slots
+        self.quiet = quiet  # chosen by default, not by name: no cxi.json where nothing was probed
         self._say = on_message or (lambda level, text: None)
         self.files: dict[str, FileOutcome] = {}
         self.ring_sites: list[Site] = []
         self.emit_sites: list[Site] = []
         self.program: ProbeProgram | None = None
         self.layout: QueueLayout | None = None
-        self.streams = rec.CxiStreams(self.proc_dir, pid)
+        self.streams = rec.CxiStreams(self.proc_dir, pid)  # creates streams/ only on a first record
         self.errors: list[str] = []
         self._ip_site: dict[int, int] = {}        # runtime address -> ring site index
         self._ip_emit: dict[int, int] = {}        # runtime address -> emit site index
@@ -408,7 +409,8 @@ class CxiProvider:
             "counters": counters, "errors": self.errors,
             "compile_s": round(self.program.compile_s, 3) if self.program else None,
         }
-        write_json(self.proc_dir / "cxi.json", summary)
+        if not (self.quiet and not self.ring_sites and not self.emit_sites):
+            write_json(self.proc_dir / "cxi.json", summary)
         return summary
 
     def _per_site_counts(self) -> tuple[dict[int, int], dict[int, int]]:

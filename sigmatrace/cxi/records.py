@@ -58,7 +58,7 @@ class CxiStreams:
     """One stream file per thread under p<pid>/streams/."""
 
     def __init__(self, proc_dir: str | os.PathLike, pid: int):
-        self.dir = make_dir(Path(proc_dir) / "streams")
+        self.dir = Path(proc_dir) / "streams"
         self.pid = pid
         self._writers: dict[int, StreamWriter] = {}
         self._paths: dict[int, Path] = {}
@@ -69,6 +69,7 @@ class CxiStreams:
         for tid in np.unique(tids):
             w = self._writers.get(int(tid))
             if w is None:
+                make_dir(self.dir)
                 w = StreamWriter(self.dir / f"cxi-{int(tid)}.bin", self.pid, int(tid), "cxi",
                                  clock=fmt.Clock.MONOTONIC)
                 self._writers[int(tid)] = w

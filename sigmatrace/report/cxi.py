@@ -26,7 +26,7 @@ def op_name(cmd_type: int, opcode: int) -> str:
     return f"{name(CXI_CMD_TYPE, cmd_type)}_{opcode}"
 
 
-def section(trace: TraceDir) -> dict:
+def compute(trace: TraceDir) -> dict:
     doorbells = 0
     ops: dict[str, int] = {}
     queues: dict[str, int] = {}
@@ -65,6 +65,15 @@ def section(trace: TraceDir) -> dict:
         drops["damaged"] += sum(1 for p in proc.problems if p.path.name.startswith("cxi-") and p.offset == 0)
     return {"cxi_doorbells": doorbells, "cxi_ops": dict(sorted(ops.items())), "cxi_commands": commands,
             "cxi_queues": queues, "cxi_sites": sites, "cxi_drops": drops}
+
+
+section = compute  # the name sigmatrace.cxi uses
+
+
+def render(report: dict, console) -> None:
+    """The section's panel in the rich view (nothing when the trace has no cxi data)."""
+    if report.get("cxi_commands") or report.get("cxi_sites"):
+        console.print(panel(report))
 
 
 def _summary(proc) -> dict | None:
