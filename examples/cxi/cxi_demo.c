@@ -5,13 +5,16 @@
  *
  *   cxi_demo [--puts N] [--gets N] [--atomics N] [--msgs N] [--rndv N]
  *            [--plugin PATH --reduce N [--plugin-wait-ms MS]] [--wait] [--delay-us US]
- *            [--json-out FILE]
+ *            [--reduce-thread] [--json-out FILE]
  *
+ * --reduce-thread issues the plugin's commands from a second thread (its tid is in the JSON).
  * --wait prints "ready <pid>" and waits for a line on stdin before issuing anything (for
  * attaching a tracer).  --json-out writes the JSON line to FILE instead.  Exit status 0 when every
  * command was issued and consumed.
  */
 #include <dlfcn.h>
+#include <pthread.h>
+#include <sys/syscall.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -30,6 +33,13 @@ int cxidemo_rndv_put(struct cxi_cq *cq, uint32_t k);
 #define QUEUE_SLOTS64 64
 
 static uint64_t doorbells_rung, commands_emitted, failures;
+static pid_t reduce_tid;
+
+struct reduce_job {
+    int (*reduce)(struct cxi_cq *, uint32_t);
+    struct cxi_cq *cq;
+    long n, delay_us;
+};
 
 static void sleep_us(long us)
 {
@@ -117,17 +127,35 @@ static void print_stats(const char *name, const struct cxisim_stats *s)
     printf("}}");
 }
 
+static void sleep_us(long us);
+static void wait_space(struct cxi_cq *cq, int slots32);
+static void count(int rc, unsigned int cmds);
+
+static void *run_reduce(void *arg)
+{
+    struct reduce_job *job = arg;
+    reduce_tid = (pid_t)syscall(SYS_gettid);
+    for (long i = 0; i < job->n; i++) {
+        wait_space(job->cq, 2);
+        count(job->reduce(job->cq, (uint32_t)i), 1);
+        if (job->delay_us)
+            sleep_us(job->delay_us);
+    }
+    return NULL;
+}
+
 int main(int argc, char **argv)
 {
     long puts_n = 0, gets_n = 0, atomics_n = 0, msgs_n = 0, rndv_n = 0, reduce_n = 0;
     long plugin_wait_ms = 0, delay_us = 0;
     const char *plugin = NULL, *json_out = NULL;
-    int wait = 0;
+    int wait = 0, reduce_thread = 0;
 
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "--wait")) { wait = 1; continue; }
+        if (!strcmp(a, "--reduce-thread")) { reduce_thread = 1; continue; }
         if (!v) { fprintf(stderr, "cxi_demo: %s needs a value\n", a); return 2; }
         if (!strcmp(a, "--puts")) puts_n = atol(v);
         else if (!strcmp(a, "--gets")) gets_n = atol(v);
@@ -184,11 +212,14 @@ int main(int argc, char **argv)
         }
         if (plugin_wait_ms)
             sleep_us(plugin_wait_ms * 1000);
-        for (long i = 0; i < reduce_n; i++) {
-            wait_space(qb, 2);
-            count(reduce(qb, (uint32_t)i), 1);
-            if (delay_us)
-                sleep_us(delay_us);
+        struct reduce_job job = {reduce, qb, reduce_n, delay_us};
+        if (reduce_thread) {
+            pthread_t t;
+            if (pthread_create(&t, NULL, run_reduce, &job) != 0)
+                return 1;
+            pthread_join(t, NULL);
+        } else {
+            run_reduce(&job);
         }
     }
 
@@ -204,9 +235,9 @@ int main(int argc, char **argv)
     }
     printf("{\"pid\": %d, \"doorbells_rung\": %" PRIu64 ", \"commands_emitted\": %" PRIu64
            ", \"failures\": %" PRIu64 ", \"drained\": %s, \"queue_a_wp32\": %" PRIu64
-           ", \"queue_b_wp32\": %" PRIu64 ", ",
+           ", \"queue_b_wp32\": %" PRIu64 ", \"reduce_tid\": %d, ",
            (int)getpid(), doorbells_rung, commands_emitted, failures, drained ? "true" : "false",
-           wpa, wpb);
+           wpa, wpb, (int)reduce_tid);
     print_stats("queue_a", &sa);
     printf(", ");
     print_stats("queue_b", &sb);

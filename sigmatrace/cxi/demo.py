@@ -31,7 +31,7 @@ class DemoResult:
     returncode: int | None
 
 
-def argv_for(mix: dict[str, int] | None = None, plugin_wait_ms: int = 300, extra: list[str] = ()) -> list[str]:
+def argv_for(mix: dict[str, int] | None = None, plugin_wait_ms: int = 1000, extra: list[str] = ()) -> list[str]:
     mix = dict(DEFAULT_MIX if mix is None else mix)
     argv = [str(paths.native("bin/cxi_demo"))]
     for k, v in mix.items():

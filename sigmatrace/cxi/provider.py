@@ -79,7 +79,7 @@ class FileOutcome:
 class CxiProvider:
     def __init__(self, pid: int, proc_dir: str | os.PathLike, debug_dirs=(), *,
                  emit_probes: bool = True, on_message: Message | None = None,
-                 rescan_interval: float = 0.2, max_slots: int | None = None, quiet: bool = False):
+                 rescan_interval: float = 0.05, max_slots: int | None = None, quiet: bool = False):
         self.pid = pid
         self.proc_dir = make_dir(proc_dir)
         self.debug_dirs = [str(d) for d in debug_dirs]
@@ -155,7 +155,7 @@ class CxiProvider:
         def loop():
             while not self._stop_evt.is_set():
                 try:
-                    self.poll(100)
+                    self.poll(50)
                 except Exception as e:  # fail inert: note it, keep the target untouched
                     self._error(f"cxi: polling failed: {e}")
                     self._stop_evt.wait(0.5)

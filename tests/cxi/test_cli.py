@@ -48,7 +48,7 @@ def test_cli_spawn(tmp_path):
 
 def test_cli_attach(tmp_path):
     out = tmp_path / "trace"
-    p = start_waiting(demo.argv_for(MIX, plugin_wait_ms=300))
+    p = start_waiting(demo.argv_for(MIX, plugin_wait_ms=1000))
     ctl = subprocess.Popen(CLI + ["attach", "--providers", "cxi", "--out", str(out), "--pid", str(p.pid)],
                            stderr=subprocess.PIPE, text=True, start_new_session=True)
     deadline = time.monotonic() + 60

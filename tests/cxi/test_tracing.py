@@ -62,7 +62,7 @@ def test_spawn_wraps_ring(tmp_path, lib):
 
 def test_attach_known_mix_exact(tmp_path, lib):
     fds = probe_fds()
-    argv = demo.argv_for(MIX, plugin_wait_ms=300)
+    argv = demo.argv_for(MIX, plugin_wait_ms=1000)
     p = start_waiting(argv)
     traced = launch.attach(p.pid, tmp_path)
     assert traced.provider.open_uprobes == 10  # 5 ring + 5 emit copies mapped now; the plugin comes later
@@ -83,3 +83,29 @@ def test_trace_files_owner_only(tmp_path):
         assert p.stat().st_mode & 0o777 == 0o700, p
     for p in [proc / "cxi.json", *(proc / "streams").iterdir()]:
         assert p.stat().st_mode & 0o777 == 0o600, p
+
+
+def test_one_stream_per_thread(tmp_path):
+    """Commands issued from a second thread go to that thread's stream, cxi-<tid>.bin."""
+    from sigmatrace.trace.reader import StreamFile
+
+    pj = tmp_path / "program.json"
+    argv = demo.argv_for(MIX, extra=["--reduce-thread", "--json-out", str(pj)])
+    traced = launch.spawn(argv, tmp_path / "t")
+    traced.wait(60)
+    summary = launch.finish(traced, tmp_path / "t", "spawn", argv)
+    program = json.loads(pj.read_text())
+    pid, tid = program["pid"], program["reduce_tid"]
+    assert summary["counters"]["records"] == sum(expected.per_op(MIX).values()), summary
+    assert tid != pid
+    streams = tmp_path / "t" / f"p{pid}" / "streams"
+    assert sorted(p.name for p in streams.iterdir()) == sorted([f"cxi-{pid}.bin", f"cxi-{tid}.bin"])
+    worker = StreamFile(streams / f"cxi-{tid}.bin")
+    assert (worker.header.pid, worker.header.tid) == (pid, tid)
+    r = worker.read()
+    assert len(r) == MIX["reduce"] and set(r["op"].tolist()) == {13}
+    assert r["seq"].tolist() == list(range(1, MIX["reduce"] + 1))
+    main = StreamFile(streams / f"cxi-{pid}.bin").read()
+    assert len(main) == sum(expected.per_op(MIX).values()) - MIX["reduce"]
+    # all together still the exact sequence
+    assert as_commands(tmp_path / "t" / f"p{pid}") == [c for db in expected.commands(MIX) for c in db]
