@@ -9,6 +9,7 @@ import os
 import queue
 import signal
 import subprocess
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -50,6 +51,28 @@ def _is_dynamic(path: str) -> bool:
         return True
 
 
+class _DeferredInterrupt:
+    """Ctrl-C while hooks are going in (or coming out) is held until they are done, so that no
+    process is left half-hooked; `hit` says whether one came."""
+
+    def __init__(self):
+        self.hit = False
+        self._old = None
+
+    def __enter__(self):
+        if threading.current_thread() is threading.main_thread():
+            self._old = signal.signal(signal.SIGINT, self._note)
+        return self
+
+    def _note(self, signum, frame):
+        self.hit = True
+
+    def __exit__(self, *exc):
+        if self._old is not None:
+            signal.signal(signal.SIGINT, self._old)
+        return False
+
+
 class Controller:
     def __init__(self, options: CaptureOptions, ui: CaptureUI | None = None):
         self.options = options
@@ -61,6 +84,7 @@ class Controller:
         self.warnings: list[str] = []
         self._device = None
         self._observers = []
+        self._reported: set = set()  # process directories whose end was reported
 
     # ------------------------------------------------------------------ common
 
@@ -81,6 +105,17 @@ class Controller:
             raise UsageError(f"cannot create the trace directory {out}: {e.strerror}") from None
         self.out = out
         return out
+
+    def _check_providers(self) -> None:
+        """Say so when a provider asked for by name cannot be installed here."""
+        if self.options.providers is None:
+            return
+        from .config import available_agent_providers, available_external_providers
+
+        present = set(available_agent_providers()) | set(available_external_providers())
+        for name in self.options.providers:
+            if name not in present:
+                self._warn(f"provider '{name}' is not part of this installation: it installs nothing")
 
     def _warn(self, text: str) -> None:
         self.warnings.append(text)
@@ -122,10 +157,10 @@ class Controller:
     def _live(self) -> list[TracedProcess]:
         return [p for p in self.procs.values() if not p.ended.is_set()]
 
-    def _reap_ended(self, reported: set) -> None:
+    def _reap_ended(self) -> None:
         for name, tp in self.procs.items():
-            if tp.ended.is_set() and name not in reported:
-                reported.add(name)
+            if tp.ended.is_set() and name not in self._reported:
+                self._reported.add(name)
                 how = {"process-terminated": "exited", "process-replaced": "replaced by exec",
                        "application-requested": "detached"}.get(tp.end_reason or "", tp.end_reason or "ended")
                 if tp.replaced:
@@ -151,11 +186,12 @@ class Controller:
         providers = self.options.requested_providers()
         self.session = SessionMeta(out, "spawn", argv, self.options.mode.value, providers, self.options.doorbells)
         self.session.write()
+        self._check_providers()
         self._observers = load_observers(self.options, out)
         if not _is_dynamic(argv[0]):
             return self._spawn_static(argv, duration)
         server = FollowServer(self.events)
-        status, code = "completed", None
+        code = None
         child = None
         try:
             env = server.env(os.environ)
@@ -163,45 +199,17 @@ class Controller:
             try:
                 child = subprocess.Popen(argv, env=env)
             except OSError as e:
+                self.session.finish("failed", warnings=self.warnings)
                 raise TargetError(f"cannot start {argv[0]}: {e.strerror}") from None
-            root_seen = False
-            deadline = time.monotonic() + duration if duration else None
-            reported: set = set()
-            interrupted = False
-            while True:
-                try:
-                    kind, item = self.events.get(timeout=0.1)
-                except queue.Empty:
-                    kind = None
-                except KeyboardInterrupt:
-                    interrupted = True
-                    break
-                if kind == "hello":
-                    for tp in self.procs.values():
-                        if tp.pid == item.pid:
-                            tp.replaced = True  # a new program image of a pid we trace: it called exec
-                    is_root = item.pid == child.pid and not root_seen
-                    try:
-                        if is_root or self.options.follow_children:
-                            root_seen = root_seen or is_root
-                            self._trace(item.pid, attached=False)
-                    finally:
-                        item.release()
-                self._reap_ended(reported)
-                if child.poll() is not None and not self._live() and self.events.empty():
-                    break
-                if deadline and time.monotonic() > deadline:
-                    status = "detached"
-                    break
+            status, root_seen = self._follow(child, duration)
+            interrupted = status == "interrupted"
             if interrupted:
-                status = "interrupted"
                 self.ui.status("interrupted: stopping tracing (the program keeps running)")
-            old = signal.signal(signal.SIGINT, signal.SIG_IGN)
-            try:
+            with _DeferredInterrupt():
                 self._stop_all("detach")
-            finally:
-                signal.signal(signal.SIGINT, old)
-            self._reap_ended(reported)
+            self._reap_ended()
+            # programs started from now on must not wait for us
+            server.close()
             if not root_seen and child is not None:
                 self._warn("the program never reached the tracer (static, setuid, or LD_PRELOAD removed): "
                            "nothing was traced")
@@ -210,6 +218,43 @@ class Controller:
             server.close()
         self.session.finish(status, exit_code=code, warnings=self.warnings)
         return CaptureResult(out, status, code, [p.pid for p in self.procs.values()], self.warnings)
+
+    def _follow(self, child: subprocess.Popen, duration: float | None) -> tuple[str, bool]:
+        """Trace the root and each program it starts as they say hello, until the root has
+        exited and every traced process ended, the duration passed, or Ctrl-C.  Returns the
+        session status and whether the root was reached."""
+        root_seen = False
+        deadline = time.monotonic() + duration if duration else None
+        try:
+            while True:
+                try:
+                    kind, item = self.events.get(timeout=0.1)
+                except queue.Empty:
+                    kind = None
+                if kind == "hello":
+                    is_root = item.pid == child.pid and not root_seen
+                    root_seen = root_seen or is_root
+                    self._on_hello(item, trace=is_root or self.options.follow_children)
+                self._reap_ended()
+                if child.poll() is not None and not self._live() and self.events.empty():
+                    return "completed", root_seen
+                if deadline and time.monotonic() > deadline:
+                    return "detached", root_seen
+        except KeyboardInterrupt:
+            return "interrupted", root_seen
+
+    def _on_hello(self, hello, trace: bool) -> None:
+        for tp in self.procs.values():
+            if tp.pid == hello.pid:
+                tp.replaced = True  # a new program image of a pid we trace: it called exec
+        with _DeferredInterrupt() as held:
+            try:
+                if trace:
+                    self._trace(hello.pid, attached=False)
+            finally:
+                hello.release()
+        if held.hit:
+            raise KeyboardInterrupt
 
     def _wait_child(self, child: subprocess.Popen, interrupted: bool) -> int | None:
         if child is None:
@@ -249,26 +294,30 @@ class Controller:
         providers = self.options.requested_providers()
         self.session = SessionMeta(out, "attach", pid, self.options.mode.value, providers, self.options.doorbells)
         self.session.write()
+        self._check_providers()
         self._observers = load_observers(self.options, out)
-        try:
-            self._trace(pid, attached=True)
-        except SigmatraceError:
-            self.session.finish("failed", warnings=self.warnings)
-            raise
-        self.ui.status("Ctrl-C stops tracing (the process keeps running)" if duration is None
-                       else f"tracing for {duration:g} s")
-        status = self._wait_procs(duration)
+        with _DeferredInterrupt() as held:
+            try:
+                self._trace(pid, attached=True)
+            except SigmatraceError:
+                self.session.finish("failed", warnings=self.warnings)
+                raise
+        if not held.hit:
+            self.ui.status("Ctrl-C stops tracing (the process keeps running)" if duration is None
+                           else f"tracing for {duration:g} s")
+        status = self._wait_procs(duration, interrupted=held.hit)
         self.session.finish(status, warnings=self.warnings)
         return CaptureResult(out, status, None, [pid], self.warnings)
 
-    def _wait_procs(self, duration: float | None) -> str:
+    def _wait_procs(self, duration: float | None, interrupted: bool = False) -> str:
         deadline = time.monotonic() + duration if duration else None
-        reported: set = set()
         status = "completed"
         try:
+            if interrupted:
+                raise KeyboardInterrupt
             while self._live():
                 time.sleep(0.1)
-                self._reap_ended(reported)
+                self._reap_ended()
                 if deadline and time.monotonic() > deadline:
                     status = "detached"
                     break
@@ -276,10 +325,7 @@ class Controller:
             status = "interrupted"
             self.ui.status("interrupted: stopping tracing (the program keeps running)")
         # a second Ctrl-C while hooks are being removed must not leave them half-removed
-        old = signal.signal(signal.SIGINT, signal.SIG_IGN)
-        try:
+        with _DeferredInterrupt():
             self._stop_all("detach")
-        finally:
-            signal.signal(signal.SIGINT, old)
-        self._reap_ended(reported)
+        self._reap_ended()
         return status

@@ -89,12 +89,16 @@ class FollowServer:
                 conn.close()
 
     def close(self) -> None:
+        if self._stop:
+            return
         self._stop = True
+        shutil.rmtree(self.dir, ignore_errors=True)  # no new connections from here on
         try:
-            self.sock.close()
+            self.sock.shutdown(socket.SHUT_RDWR)  # wakes the accept() of the server thread
         except OSError:
             pass
-        shutil.rmtree(self.dir, ignore_errors=True)
+        self.sock.close()
+        self._thread.join(timeout=5)
         # programs still waiting: the events not taken are released here
         while True:
             try:

@@ -61,7 +61,7 @@ def resolve_program(argv: list[str]) -> list[str]:
             raise TargetError(f"program not found: {prog}")
         if p.is_dir() or not os.access(p, os.X_OK):
             raise TargetError(f"program is not executable: {prog}")
-        return [str(p)] + argv[1:]
+        return [prog] + argv[1:]  # as given: Path() would turn ./app into app, a PATH lookup
     found = shutil.which(prog)
     if found is None:
         raise TargetError(f"program not found: {prog}", hint="give a path, or check PATH")

@@ -33,7 +33,9 @@ def _elf_identity(path: str, mtime_ns: int, size: int) -> tuple[str | None, str 
             for sec in elf.iter_sections():
                 if sec.header["sh_type"] == "SHT_NOTE":
                     for note in sec.iter_notes():
-                        if note["n_type"] == "NT_GNU_BUILD_ID":
+                        # type 3 is also a SystemTap probe note's: the owner must be "GNU"
+                        if (note["n_type"] == "NT_GNU_BUILD_ID" and note["n_name"] == "GNU"
+                                and isinstance(note["n_desc"], str)):
                             build_id = note["n_desc"]
                 elif isinstance(sec, DynamicSection):
                     for tag in sec.iter_tags("DT_SONAME"):

@@ -96,7 +96,8 @@ def _process_summary(p, qps: dict, totals: dict) -> dict:
                     q[k] = ev[k]
         elif kind == "qp_query" and ev.get("qpn"):
             q = _qp(qps, p, int(ev["qpn"]))
-            q.setdefault("known_from", "query")
+            if q["known_from"] == "seen":
+                q["known_from"] = "query"
             q["type"] = q.get("type") or ev.get("type")
             if ev.get("state"):
                 q["state"] = ev["state"]

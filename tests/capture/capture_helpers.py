@@ -60,3 +60,20 @@ def wait_cmd(p, timeout=120):
         out, err = p.communicate()
         raise AssertionError(f"timed out after {timeout}s: {p.args}\nstdout:{out[-3000:]}\nstderr:{err[-3000:]}")
     return out, err, p.returncode
+
+
+def simnic_env(devices: int = 1) -> dict:
+    """The environment that puts programs on the emulated NIC, on a fabric of their own."""
+    import uuid
+
+    fabric = f"cap-{uuid.uuid4().hex[:12]}"
+    try:
+        from sigmatrace.simnic import environment
+    except ImportError:  # the emulated NIC's Python helpers not merged yet: the documented variables
+        from sigmatrace import paths
+
+        lib = str(paths.native("simnic/libibverbs.so.1").parent)
+        extra = {"LD_LIBRARY_PATH": lib, "SIMNIC_DEVICES": str(devices), "SIMNIC_FABRIC": fabric}
+    else:
+        extra = environment(devices=devices, fabric=fabric)
+    return {**os.environ, **extra}

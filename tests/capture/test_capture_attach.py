@@ -17,18 +17,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from capture_helpers import report, run_cmd, sigmatrace, sigmatrace_cmd, start_cmd, wait_cmd
+from capture_helpers import simnic_env, report, run_cmd, sigmatrace, sigmatrace_cmd, start_cmd, wait_cmd
 from sigmatrace.trace import format as fmt
 from sigmatrace.trace import live as lv
 from sigmatrace.trace.reader import TraceDir
 
 HERE = Path(__file__).resolve().parent
 
-
-def simnic_env() -> dict:
-    from sigmatrace.simnic import environment
-
-    return {**os.environ, **environment(devices=1, fabric=f"cap-{uuid.uuid4().hex[:12]}")}
 
 
 @pytest.fixture(scope="module")
@@ -61,7 +56,7 @@ def contiguous_range(wr_ids: np.ndarray) -> tuple[int, int]:
 
 def test_attach_detach_reattach(tmp_path, verbs_loop):
     env = simnic_env()
-    iters = 3000
+    iters = 8000  # about 9 s at 1 ms per iteration: it outlives both tracing sessions
     prog = subprocess.Popen([str(verbs_loop), "--iters", str(iters), "--pause-us", "1000"], stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, env=env, start_new_session=True)
     try:
@@ -71,11 +66,13 @@ def test_attach_detach_reattach(tmp_path, verbs_loop):
                            tmp_path / "one", timeout=120)
         assert first.returncode == 0, first.stderr
         time.sleep(0.3)
+        assert prog.poll() is None, prog.communicate()
         # the second one ends with Ctrl-C
         second = start_cmd([*sigmatrace_cmd(), "attach", "-q", "--pid", str(pid), "--mode", "simple", "--out",
                             str(tmp_path / "two")])
-        while not (tmp_path / "two" / f"p{pid}" / "meta.json").exists() and second.poll() is None:
-            time.sleep(0.05)
+        meta = tmp_path / "two" / f"p{pid}" / "meta.json"
+        while second.poll() is None and not (meta.exists() and "providers" in json.loads(meta.read_text())):
+            time.sleep(0.05)  # tracing has started once the agent reported its providers
         time.sleep(1.0)
         second.send_signal(signal.SIGINT)
         _, err2, rc2 = wait_cmd(second, timeout=60)

@@ -45,8 +45,10 @@ def test_rank_missing_warns():
     assert str(path) == f"out/rank-pid{os.getpid()}" and "none of RANK" in warning
 
 
-def test_resolve_program(tmp_path):
+def test_resolve_program(tmp_path, monkeypatch):
     assert resolve_program(["true"]) == [shutil.which("true")]
+    monkeypatch.chdir("/bin")
+    assert resolve_program(["./true", "-x"]) == ["./true", "-x"]  # a relative path stays one
     with pytest.raises(TargetError, match="program not found"):
         resolve_program(["no-such-program-sigmatrace"])
     with pytest.raises(TargetError, match="program not found"):
@@ -167,3 +169,24 @@ def test_exec_makes_a_second_image_directory(tmp_path):
     assert procs[sh_dir]["argv"][0] == "/bin/sh" and procs[sh_dir]["state"] == "replaced_by_exec"
     assert procs[sh_dir + ".1"]["argv"] == ["/bin/echo", "hi"] and procs[sh_dir + ".1"]["state"] == "exited"
     assert procs[sh_dir]["pid"] == procs[sh_dir + ".1"]["pid"] and r["problems"] == []
+
+
+def _readelf_build_id(path):
+    out = subprocess.run(["readelf", "--notes", path], capture_output=True, text=True, check=True).stdout
+    return [ln.split()[-1] for ln in out.splitlines() if "Build ID:" in ln][0]
+
+
+def test_meta_lists_libraries_with_build_ids(tmp_path):
+    t = tmp_path / "t"
+    sigmatrace("spawn", "-q", "--out", t, "--", sys.executable, "-c", "import ctypes", check=True)
+    [meta_path] = t.glob("p*/meta.json")
+    meta = json.loads(meta_path.read_text())
+    libs = {os.path.realpath(lib["path"]): lib for lib in meta["libraries"]}
+    exe = os.path.realpath(sys.executable)
+    # the executable: its GNU build-id, not a SystemTap note that shares the note type
+    assert libs[exe]["build_id"] == _readelf_build_id(exe)
+    libc = [p for p in libs if os.path.basename(p) == "libc.so.6"][0]
+    assert libs[libc]["build_id"] == _readelf_build_id(libc) and libs[libc]["soname"] == "libc.so.6"
+    ctypes_ext = [p for p in libs if os.path.basename(p).startswith("_ctypes")]
+    assert len(ctypes_ext) == 1  # loaded with dlopen while tracing: added as it came
+    assert meta["argv"] == [sys.executable, "-c", "import ctypes"] and meta["attached"] is False

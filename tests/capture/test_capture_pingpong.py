@@ -1,6 +1,7 @@
 """Debian's ibv_rc_pingpong (both sides) under `sigmatrace spawn` on the emulated NIC: exact
 counts of sends, receives and completions, sizes and QP pairing, in all three modes; and both
 sides under one `sigmatrace spawn` of a shell (children followed into one trace)."""
+import json
 import os
 import shutil
 import socket
@@ -9,16 +10,11 @@ import uuid
 
 import pytest
 
-from capture_helpers import report, run_cmd, sigmatrace, sigmatrace_cmd, start_cmd, wait_cmd
+from capture_helpers import simnic_env, report, run_cmd, sigmatrace, sigmatrace_cmd, start_cmd, wait_cmd
 
 PINGPONG = shutil.which("ibv_rc_pingpong")
 RX_DEPTH = 500  # ibv_rc_pingpong's default receive queue depth
 
-
-def simnic_env() -> dict:
-    from sigmatrace.simnic import environment
-
-    return {**os.environ, **environment(devices=1, fabric=f"cap-{uuid.uuid4().hex[:12]}")}
 
 
 def free_port() -> int:
@@ -112,3 +108,50 @@ def test_rc_pingpong_under_one_shell(tmp_path):
     a, b = r["qps"]
     assert a["remote_qpn"] == b["qpn"] and b["remote_qpn"] == a["qpn"]
     assert a["remote_pid"] == b["pid"] and b["remote_pid"] == a["pid"] and a["pid"] != b["pid"]
+
+
+@pytest.mark.skipif(shutil.which("ibv_srq_pingpong") is None, reason="ibverbs-utils is not installed")
+def test_srq_pingpong_full(tmp_path):
+    """Receives through a shared receive queue (post_srq_recv), 16 QPs a side, full mode."""
+    env = simnic_env()
+    iters, port = 100, free_port()
+    args = [shutil.which("ibv_srq_pingpong"), "-n", str(iters), "-p", str(port)]
+    server = start_cmd([*sigmatrace_cmd(), "spawn", "-q", "--mode", "full", "--out", str(tmp_path / "s"), "--", *args],
+                       env=env)
+    time.sleep(1.0)
+    client = run_cmd([*sigmatrace_cmd(), "spawn", "-q", "--mode", "full", "--out", str(tmp_path / "c"), "--", *args,
+                      "localhost"], env=env, timeout=120)
+    s_out, s_err, s_rc = wait_cmd(server, timeout=60)
+    assert client.returncode == 0 and s_rc == 0, client.stderr + s_err
+    rs, rc = report(tmp_path / "s"), report(tmp_path / "c")
+    for mine, peer in ((rs, rc), (rc, rs)):
+        sends = mine["calls"]["ibv_post_send"]
+        assert sends >= iters and mine["ops"] == {"SEND": sends} and mine["records"]["SEND_WR"] == sends
+        # every send of this side completes here, every send of the peer arrives here
+        assert mine["completions"] == sends + peer["calls"]["ibv_post_send"] == mine["records"]["COMPLETION"]
+        # 500 receives posted to the SRQ at start; fewer than 484 arrive, so no refill
+        assert mine["calls"]["ibv_post_srq_recv"] == 500 == mine["records"]["POST_SRQ_RECV"] == mine["recv_wrs"]
+        assert "ibv_post_recv" not in mine["calls"] and mine["calls"]["ibv_create_srq"] == 1
+        assert len(mine["qps"]) == 16 and mine["drops"] == 0
+    peers = {q["qpn"]: q["remote_qpn"] for q in rc["qps"]}
+    assert all(peers[q["remote_qpn"]] == q["qpn"] for q in rs["qps"])
+
+
+def test_omitted_provider_installs_nothing(tmp_path):
+    """--providers without verbs: the verbs provider is not even loaded; the ops slots stay the
+    provider's own, and the program runs as without tracing."""
+    env = simnic_env()
+    iters, port = 50, free_port()
+    server = start_cmd([PINGPONG, "-n", str(iters), "-p", str(port)], env=env)
+    time.sleep(0.5)
+    res = sigmatrace("spawn", "--providers", "cuda", "--out", tmp_path / "t", "--", PINGPONG, "-n", iters, "-p", port,
+                     "localhost", env=env, timeout=120)
+    wait_cmd(server, timeout=60)
+    assert res.returncode == 0 and f"{iters} iters in" in res.stdout
+    r = report(tmp_path / "t")
+    assert r["calls"] == {} and r["ops"] == {} and r["qps"] == []
+    assert r["coverage"]["hooks_installed"] is False and "verbs" not in r["providers"]
+    [meta] = (tmp_path / "t").glob("p*/meta.json")
+    meta = json.loads(meta.read_text())
+    assert meta["providers"] == {} and "hooks" not in meta  # no provider loaded, no hook reported
+    assert any(os.path.basename(lib["path"]) == "libibverbs.so.1" for lib in meta["libraries"])

@@ -1,0 +1,158 @@
+/* Memory access for the engine: host memory directly, CUDA device memory through the
+ * driver's synchronous copies.
+ *
+ * The CUDA driver is never loaded by us: a buffer can only be CUDA memory if the program has
+ * libcuda.so.1 loaded already, so classification asks dlopen(RTLD_NOLOAD) and, only then,
+ * cuPointerGetAttribute.  Programs that never touch CUDA never see libcuda.
+ */
+#include <dlfcn.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "sn.h"
+
+/* The few CUDA driver types and calls we use (cuda.h is not needed to build). */
+typedef int CUresult;
+typedef uint64_t CUdeviceptr;
+typedef void *CUcontext;
+#define CU_POINTER_ATTRIBUTE_CONTEXT 1
+#define CU_POINTER_ATTRIBUTE_MEMORY_TYPE 2
+#define CU_MEMORYTYPE_DEVICE 2
+
+static struct {
+	CUresult (*getattr)(void *data, int attr, CUdeviceptr ptr);
+	CUresult (*set_current)(CUcontext ctx);
+	CUresult (*dtoh)(void *dst, CUdeviceptr src, size_t n);
+	CUresult (*htod)(CUdeviceptr dst, const void *src, size_t n);
+	CUresult (*dtod)(CUdeviceptr dst, CUdeviceptr src, size_t n);
+	int loaded;
+} cu;
+
+static pthread_mutex_t cu_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static int cuda_bind(void)
+{
+	void *h;
+
+	if (cu.loaded)
+		return cu.loaded > 0 ? 0 : -1;
+	pthread_mutex_lock(&cu_lock);
+	if (!cu.loaded) {
+		h = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
+		if (h) {
+			cu.getattr = dlsym(h, "cuPointerGetAttribute");
+			cu.set_current = dlsym(h, "cuCtxSetCurrent");
+			cu.dtoh = dlsym(h, "cuMemcpyDtoH_v2");
+			cu.htod = dlsym(h, "cuMemcpyHtoD_v2");
+			cu.dtod = dlsym(h, "cuMemcpyDtoD_v2");
+		}
+		/* a program may load CUDA later: only a complete binding is final */
+		if (cu.getattr && cu.set_current && cu.dtoh && cu.htod && cu.dtod)
+			cu.loaded = 1;
+	}
+	pthread_mutex_unlock(&cu_lock);
+	return cu.loaded > 0 ? 0 : -1;
+}
+
+void sn_mem_classify(const void *addr, struct sn_mem *m)
+{
+	unsigned type = 0;
+	CUcontext ctx = NULL;
+
+	m->gpu = 0;
+	m->cuctx = NULL;
+	if (!addr || cuda_bind())
+		return;
+	if (cu.getattr(&type, CU_POINTER_ATTRIBUTE_MEMORY_TYPE, (CUdeviceptr)(uintptr_t)addr) ||
+	    type != CU_MEMORYTYPE_DEVICE)
+		return;
+	if (cu.getattr(&ctx, CU_POINTER_ATTRIBUTE_CONTEXT, (CUdeviceptr)(uintptr_t)addr))
+		return;
+	m->gpu = 1;
+	m->cuctx = ctx;
+}
+
+/* The engine thread is the only caller of the copy functions; it switches contexts lazily. */
+static __thread CUcontext tls_ctx;
+
+static int use_ctx(const struct sn_mem *m)
+{
+	if (tls_ctx == m->cuctx)
+		return 0;
+	if (cu.set_current(m->cuctx))
+		return -1;
+	tls_ctx = m->cuctx;
+	return 0;
+}
+
+int sn_mem_read(void *dst, const void *src, size_t len, const struct sn_mem *m)
+{
+	if (!len)
+		return 0;
+	if (SN_LIKELY(!m->gpu)) {
+		memcpy(dst, src, len);
+		return 0;
+	}
+	if (use_ctx(m) || cu.dtoh(dst, (CUdeviceptr)(uintptr_t)src, len))
+		return -1;
+	return 0;
+}
+
+int sn_mem_write(void *dst, const void *src, size_t len, const struct sn_mem *m)
+{
+	if (!len)
+		return 0;
+	if (SN_LIKELY(!m->gpu)) {
+		memcpy(dst, src, len);
+		return 0;
+	}
+	if (use_ctx(m) || cu.htod((CUdeviceptr)(uintptr_t)dst, src, len))
+		return -1;
+	return 0;
+}
+
+int sn_mem_copy(void *dst, const struct sn_mem *dm, const void *src, const struct sn_mem *sm,
+		size_t len)
+{
+	if (!dm->gpu && !sm->gpu) {
+		memcpy(dst, src, len);
+		return 0;
+	}
+	if (dm->gpu && sm->gpu) {
+		if (use_ctx(dm) || cu.dtod((CUdeviceptr)(uintptr_t)dst, (CUdeviceptr)(uintptr_t)src, len))
+			return -1;
+		return 0;
+	}
+	return dm->gpu ? sn_mem_write(dst, src, len, dm) : sn_mem_read(dst, src, len, sm);
+}
+
+int sn_mem_atomic(void *addr, const struct sn_mem *m, int fetch_add, uint64_t a, uint64_t b,
+		  uint64_t *orig)
+{
+	uint64_t v;
+
+	if (!m->gpu) {
+		_Atomic uint64_t *p = (_Atomic uint64_t *)addr;
+
+		if (fetch_add) {
+			*orig = atomic_fetch_add(p, a);
+		} else {
+			v = b;	/* compare */
+			atomic_compare_exchange_strong(p, &v, a);
+			*orig = v;
+		}
+		return 0;
+	}
+	/* CUDA memory: only the NIC performs atomics on it, one at a time */
+	if (sn_mem_read(&v, addr, 8, m))
+		return -1;
+	*orig = v;
+	if (fetch_add)
+		v += a;
+	else if (v == b)
+		v = a;
+	else
+		return 0;
+	return sn_mem_write(addr, &v, 8, m);
+}
