@@ -41,6 +41,18 @@ SITE_MARKERS = (b"cxi_cq_ring", b"cxi_cq_emit_")
 
 Message = Callable[[str, str], None]  # (level: "info" | "warning", text)
 
+# Files found to hold no libcxi sites (or no DWARF), by identity, so that the processes of one
+# session (ranks, children) pay the DWARF look once per file.
+_NOTHING_HERE: dict[tuple, tuple[str, str | None, str | None, str | None]] = {}
+
+
+def _identity(path: str) -> tuple | None:
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return (path, st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
+
 
 @dataclass
 class Site:
@@ -225,6 +237,11 @@ class CxiProvider:
         self._seen.add(path)
         out = FileOutcome(path)
         self.files[path] = out
+        ident = _identity(path)
+        known = _NOTHING_HERE.get(ident) if ident and not self.debug_dirs else None
+        if known and (self.quiet or not (known[0] == "no-dwarf" and (relevant or self._relevant(path)))):
+            out.status, out.build_id, out.dwarf, out.how = known
+            return
         try:
             image = ElfImage.open(path)
         except Exception:
@@ -237,7 +254,7 @@ class CxiProvider:
             info = find_debug_info(image, self.debug_dirs)
             if info.dwarf_path is None:
                 out.status = "no-dwarf"
-                if relevant or self._relevant(path):
+                if not self.quiet and (relevant or self._relevant(path)):
                     out.message = (f"cxi: {path} has no DWARF, so its inlined libcxi paths cannot be "
                                    f"found: {missing_dwarf_advice(info)}; tracing goes on without it")
                     self._say("warning", out.message)
@@ -259,6 +276,8 @@ class CxiProvider:
             self._error(out.message)
         finally:
             image.close()
+            if ident and out.status in ("no-sites", "no-dwarf") and not self.debug_dirs:
+                _NOTHING_HERE[ident] = (out.status, out.build_id, out.dwarf, out.how)
 
     def _probe_file(self, path, image, copies, layout, out: FileOutcome) -> None:
         if layout is None:
