@@ -66,7 +66,6 @@ def test_cli_attach(tmp_path):
 
 
 def test_cli_debug_dir_for_stripped_library(tmp_path, lib):
-    from .test_edges import LIB_SITES  # noqa: F401 (same example)
     from sigmatrace.cxi.debuginfo import ElfImage
 
     img = ElfImage.open(lib["ops"])

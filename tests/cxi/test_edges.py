@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from sigmatrace.cxi import demo, launch
+from sigmatrace.cxi import launch
 from sigmatrace.cxi.debuginfo import ElfImage
 
 from . import expected

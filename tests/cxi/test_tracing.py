@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 
-import pytest
 
 from sigmatrace.cxi import demo, launch
 from sigmatrace.report.cxi import section
