@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import atexit
 import ctypes as ct
+import os
 import signal
 import threading
 import time
@@ -100,6 +101,7 @@ class ProbeProgram:
         self.pid = pid
         self.layout = layout
         self.lost = 0
+        self.errors: list[str] = []
         self._closed = False
         self._lock = threading.RLock()
         self._attached: list[tuple[str, int, str]] = []
@@ -219,12 +221,27 @@ class ProbeProgram:
                         self._final_emits = self.emit_hits()
                     except Exception:
                         self._final_counters, self._final_emits = {n: 0 for n in COUNTERS}, {}
-                    self.bpf.cleanup()
+                    self._detach_all()
                     self._closed = True
                     atexit.unregister(self.close)
             finally:
                 if previous is not None:
                     signal.signal(signal.SIGINT, previous)
+
+    def _detach_all(self) -> None:
+        """Close every uprobe's perf event, even where bcc's own detach stumbles (after closing
+        the event it also removes a tracefs entry, which fails where tracefs is not mounted):
+        an error here must not leave a probe attached, nor escape into the controller's exit."""
+        lib = _bcc().lib
+        for ev_name, fd in list(self.bpf.uprobe_fds.items()):
+            if lib.bpf_close_perf_event_fd(fd) < 0:
+                self.errors.append(f"closing the uprobe {ev_name.decode(errors='replace')} failed")
+            lib.bpf_detach_uprobe(ev_name)  # a tracefs entry, where bcc had to make one
+            self.bpf._del_uprobe_fd(ev_name)
+        try:
+            self.bpf.cleanup()
+        except Exception as e:
+            self.errors.append(f"bcc cleanup: {e}")
 
     def __enter__(self) -> "ProbeProgram":
         return self
