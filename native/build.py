@@ -84,7 +84,13 @@ def _nvcc() -> str | None:
     return shutil.which("nvcc") or next((p for p in glob.glob("/usr/local/cuda*/bin/nvcc")), None)
 
 
-def _command(t: Target, sources: list[Path], out: Path) -> list[str]:
+def _command(t: Target, sources: list[Path], out: Path, out_root: Path | None = None) -> list[str]:
+    cmd = _raw_command(t, sources, out)
+    # "{out}" in flags stands for the output root (e.g. -L{out}/cxi to link a library built here)
+    return [c.replace("{out}", str(out_root)) for c in cmd] if out_root is not None else cmd
+
+
+def _raw_command(t: Target, sources: list[Path], out: Path) -> list[str]:
     if t.cuda:
         cmd = [_nvcc(), "-O2", "-g", "-std=c++17", f"-I{ROOT / 'native' / 'include'}",
                "-gencode", "arch=compute_90,code=sm_90", "-gencode", "arch=compute_90,code=compute_90"]
@@ -113,7 +119,7 @@ def build_target(t: Target, out_root: Path, force: bool = False, verbose: bool =
             return f"ok   {t.out}"
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_name(out.name + ".tmp")
-    cmd = _command(t, sources, tmp)
+    cmd = _command(t, sources, tmp, out_root)
     if verbose:
         print(" ".join(cmd), flush=True)
     res = subprocess.run(cmd, capture_output=True, text=True)
@@ -135,8 +141,12 @@ def build_all(out_root: Path = DEFAULT_OUT, force: bool = False, verbose: bool =
     out_root = Path(out_root)
     targets = [t for t in _collect_targets() if not only or any(o in t.out for o in only)]
     jobs = max(1, os.cpu_count() or 1)
+    # shared libraries first: a program may link against one built here
+    shared = [t for t in targets if t.kind == "shared"]
+    others = [t for t in targets if t.kind != "shared"]
     with concurrent.futures.ThreadPoolExecutor(jobs) as pool:
-        return list(pool.map(lambda t: build_target(t, out_root, force, verbose), targets))
+        done = list(pool.map(lambda t: build_target(t, out_root, force, verbose), shared))
+        return done + list(pool.map(lambda t: build_target(t, out_root, force, verbose), others))
 
 
 def main() -> int:

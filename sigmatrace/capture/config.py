@@ -64,6 +64,7 @@ class CaptureOptions:
     follow_children: bool = True        # trace children that exec (child gating)
     ring_records: int = DEFAULT_RING_RECORDS
     runtime: dict[str, str] = field(default_factory=dict)  # extra runtime keys (repeater_cpus, ...)
+    debug_dirs: list[Path] = field(default_factory=list)   # --debug-dir: separate debug info (cxi provider)
 
     def agent_providers(self) -> list[str]:
         found = available_agent_providers()

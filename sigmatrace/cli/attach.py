@@ -6,8 +6,8 @@ from typing import Optional
 import typer
 from typing_extensions import Annotated
 
-from .options import (DoorbellsOpt, LiveOpt, ModeOpt, NoDoorbellsOpt, OutOpt, ProvidersOpt, RepeaterCpusOpt,
-                      RingOpt, WqeBatchOpt, capture_options, doorbell_options, with_live)
+from .options import (DebugDirOpt, DoorbellsOpt, LiveOpt, ModeOpt, NoDoorbellsOpt, OutOpt, ProvidersOpt,
+                      RepeaterCpusOpt, RingOpt, WqeBatchOpt, capture_options, doorbell_options, with_live)
 from ..capture.config import DEFAULT_RING_RECORDS, Mode
 
 HELP = """Trace the running process PID until Ctrl-C or --duration; then every hook is removed and the process runs on as before. Needs the right to ptrace PID (its owner, or root). Verbs contexts and QPs made before the attach are found and reported as such."""
@@ -26,6 +26,7 @@ def register(app: typer.Typer) -> None:
         no_doorbells: NoDoorbellsOpt = False,
         repeater_cpus: RepeaterCpusOpt = None,
         wqe_batch: WqeBatchOpt = 128,
+        debug_dir: DebugDirOpt = None,
         quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress lines.")] = False,
         verbose: Annotated[bool, typer.Option("--verbose", "-v", help="More progress detail.")] = False,
         live: LiveOpt = False,
@@ -33,7 +34,8 @@ def register(app: typer.Typer) -> None:
         from ..capture import Controller
         from ..capture.ui import CaptureUI, RichUI
 
-        opts, warning = capture_options(mode, providers, out, ring_records, follow_children=False)
+        opts, warning = capture_options(mode, providers, out, ring_records, follow_children=False,
+                                         debug_dirs=debug_dir)
         doorbell_options(opts, doorbells, no_doorbells, repeater_cpus, wqe_batch)
         ui = CaptureUI() if quiet else RichUI(verbose=verbose)
         if warning:

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Optional
+from typing import List, Optional
 
 import typer
 from typing_extensions import Annotated
@@ -24,6 +24,10 @@ OutOpt = Annotated[Optional[Path], typer.Option(
 RingOpt = Annotated[int, typer.Option(
     "--ring-records", metavar="N", hidden=True,
     help="Records buffered per recording thread (a power of two).")]
+DebugDirOpt = Annotated[Optional[List[Path]], typer.Option(
+    "--debug-dir", metavar="DIR",
+    help="Where to look for separate debug info (DIR/.build-id/xx/yyyy.debug, or by debuglink) of "
+         "programs and libraries without DWARF, for the cxi provider; repeatable. /usr/lib/debug is always searched.")]
 DebugOpt = Annotated[bool, typer.Option("--debug", help="Show full tracebacks on errors.")]
 LiveOpt = Annotated[bool, typer.Option(
     "--live", help="Show the live dashboard (as `sigmatrace top`) while recording, on stderr; q stops "
@@ -55,7 +59,7 @@ WqeBatchOpt = Annotated[int, typer.Option(
 
 
 def capture_options(mode: Mode, providers: str | None, out: Path | None, ring_records: int | None = None,
-                    follow_children: bool = True) -> tuple[CaptureOptions, str | None]:
+                    follow_children: bool = True, debug_dirs: list[Path] | None = None) -> tuple[CaptureOptions, str | None]:
     """CaptureOptions from the shared options; also a warning about {rank} if there is one."""
     from ..capture.launch import expand_out
 
@@ -65,6 +69,7 @@ def capture_options(mode: Mode, providers: str | None, out: Path | None, ring_re
     opts = CaptureOptions(mode=mode, providers=parse_providers(providers), out=out, follow_children=follow_children)
     if ring_records:
         opts.ring_records = ring_records
+    opts.debug_dirs = list(debug_dirs or [])
     return opts, warning
 
 

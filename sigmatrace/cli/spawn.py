@@ -6,8 +6,8 @@ from typing import List, Optional
 import typer
 from typing_extensions import Annotated
 
-from .options import (DoorbellsOpt, LiveOpt, ModeOpt, NoDoorbellsOpt, OutOpt, ProvidersOpt, RepeaterCpusOpt,
-                      RingOpt, WqeBatchOpt, capture_options, doorbell_options, with_live)
+from .options import (DebugDirOpt, DoorbellsOpt, LiveOpt, ModeOpt, NoDoorbellsOpt, OutOpt, ProvidersOpt,
+                      RepeaterCpusOpt, RingOpt, WqeBatchOpt, capture_options, doorbell_options, with_live)
 from ..capture.config import DEFAULT_RING_RECORDS, Mode
 
 HELP = """Start PROGRAM under the tracer and record its RDMA activity.
@@ -34,6 +34,7 @@ def register(app: typer.Typer) -> None:
         no_doorbells: NoDoorbellsOpt = False,
         repeater_cpus: RepeaterCpusOpt = None,
         wqe_batch: WqeBatchOpt = 128,
+        debug_dir: DebugDirOpt = None,
         quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress lines, no summary.")] = False,
         verbose: Annotated[bool, typer.Option("--verbose", "-v", help="More progress detail.")] = False,
         live: LiveOpt = False,
@@ -43,7 +44,8 @@ def register(app: typer.Typer) -> None:
 
         if program and program[0] == "--":
             program = program[1:]
-        opts, warning = capture_options(mode, providers, out, ring_records, follow_children=not no_children)
+        opts, warning = capture_options(mode, providers, out, ring_records, follow_children=not no_children,
+                                         debug_dirs=debug_dir)
         doorbell_options(opts, doorbells, no_doorbells, repeater_cpus, wqe_batch)
         ui = CaptureUI() if quiet else RichUI(verbose=verbose)
         if warning:

@@ -1,0 +1,97 @@
+"""The cxi provider as an observer of a capture session (sigmatrace/capture/observers.py).
+
+`sigmatrace spawn/attach --providers cxi`: every traced process gets a CxiProvider (eBPF uprobes
+at the inlined libcxi sites of the program and of each library it maps, also later ones),
+writing into the process's own directory of the trace.  stop() takes every probe down.
+
+Asked for by name, the provider reports what it cannot do (no root, no bcc, a program without
+DWARF).  Chosen by default (no --providers), it stays silent unless it finds libcxi sites, and
+adds no file to processes where it found none.
+"""
+from __future__ import annotations
+
+import os
+import threading
+from pathlib import Path
+
+from rich.console import Console
+
+from ..errors import SigmatraceError
+from .provider import CxiProvider
+
+
+class CxiObserver:
+    def __init__(self, options, out: Path, explicit: bool, console: Console | None = None):
+        self.options = options
+        self.out = Path(out)
+        self.explicit = explicit
+        self.debug_dirs = [str(d) for d in getattr(options, "debug_dirs", None) or []]
+        self.providers: dict[int, CxiProvider] = {}
+        self._console = console or Console(stderr=True)
+        self._lock = threading.Lock()
+
+    def _say(self, level: str, text: str) -> None:
+        if level == "warning":
+            self._console.print(f"[yellow]sigmatrace: warning:[/] {text}", highlight=False, soft_wrap=True)
+        else:
+            self._console.print(f"[dim]sigmatrace:[/] {text}", highlight=False, soft_wrap=True)
+
+    def process_started(self, pid: int, proc_dir: Path) -> None:
+        with self._lock:
+            old = self.providers.pop(pid, None)
+        if old is not None:
+            old.stop()  # the pid exec'd a new program: its probes belonged to the old image
+        provider = CxiProvider(pid, proc_dir, self.debug_dirs, on_message=self._say if self.explicit else None,
+                               quiet=not self.explicit)
+        try:
+            provider.start(spawn=True)
+        except SigmatraceError:
+            provider.stop()
+            if self.explicit:
+                raise
+            return
+        provider.run_in_background()
+        with self._lock:
+            self.providers[pid] = provider
+        if self.explicit or provider.ring_sites:
+            n = len(provider.ring_sites)
+            self._say("info", f"pid {pid} cxi: {n} doorbell site{'s' if n != 1 else ''} probed"
+                              + ("" if n else " so far (libraries loaded later are probed when mapped)"))
+
+    def library_loaded(self, pid: int, path: str) -> None:
+        """A controller that sees dlopen return may call this: the library is probed at once."""
+        provider = self.providers.get(pid)
+        if provider is not None:
+            provider.library_loaded(path)
+
+    def stop(self) -> None:
+        with self._lock:
+            providers, self.providers = list(self.providers.values()), {}
+        for p in providers:
+            summary = p.stop()
+            c = summary.get("counters", {}) if summary else {}
+            lost = sum(int(c.get(k, 0)) for k in ("lost", "truncated_doorbells", "read_faults", "unresolved"))
+            if lost:
+                self._say("warning", f"pid {p.pid} cxi: {lost} doorbell events not recorded "
+                                     f"(see {p.proc_dir / 'cxi.json'} counters)")
+
+
+def make_observer(options, out: Path):
+    """A CxiObserver when the cxi provider was asked for (or is chosen by default and can run)."""
+    if "cxi" not in options.external_providers():
+        return None
+    explicit = options.providers is not None
+    if not explicit and (os.geteuid() != 0 or not _bcc_present()):
+        return None  # by default only where it can work; by name it says why it cannot
+    if explicit and os.geteuid() != 0:
+        raise SigmatraceError("the cxi provider needs root (eBPF uprobes)",
+                              hint="run as root, or drop cxi from --providers")
+    return CxiObserver(options, out, explicit)
+
+
+def _bcc_present() -> bool:
+    import importlib.util
+    try:
+        return importlib.util.find_spec("bcc") is not None
+    except (ImportError, ValueError):
+        return False
