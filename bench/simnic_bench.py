@@ -84,7 +84,7 @@ def nic_rate(env: dict, writes: int, qps: int, every: int) -> float:
     prog = str(BIN / "rdma_stream")
     port = str(free_port())
     args = ["-p", port, "-n", str(writes), "-s", "8", "-q", str(qps), "-c", str(every)]
-    _, out = run_pair([prog, *args], [prog, *args, "localhost"], env)
+    _, out = run_pair([prog, *args], [prog, *args, "127.0.0.1"], env)
     return float(re.search(r"([\d.]+) msg/s", out).group(1))
 
 
@@ -99,7 +99,7 @@ def nic_latency(env: dict, iters: int) -> float:
         raise SystemExit("ibv_rc_pingpong is missing (apt-get install ibverbs-utils)")
     port = str(free_port())
     args = ["-p", port, "-s", "8", "-n", str(iters)]
-    _, out = run_pair([prog, *args], [prog, *args, "localhost"], env)
+    _, out = run_pair([prog, *args], [prog, *args, "127.0.0.1"], env)
     return float(re.search(r"([\d.]+) usec/iter", out).group(1))
 
 

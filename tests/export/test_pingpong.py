@@ -60,7 +60,7 @@ def run(tmp_path_factory):
     try:
         time.sleep(1.0)
         client = subprocess.run(_sigmatrace("spawn", "-q", "--mode", "full", "--out", tmp / "client", "--",
-                                            *args, "localhost"), env=env, capture_output=True, text=True,
+                                            *args, "127.0.0.1"), env=env, capture_output=True, text=True,
                                 timeout=180, start_new_session=True)
         s_out, s_err = server.communicate(timeout=60)
     finally:

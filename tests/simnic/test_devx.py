@@ -6,7 +6,7 @@ from .conftest import example, free_port, run_pair
 def test_devx_rc_qp_write_read_fetch_add(nic_env):
     prog = str(example("devx_rc"))
     port = str(free_port())
-    srv, cli = run_pair([prog, "-p", port], [prog, "-p", port, "localhost"], nic_env)
+    srv, cli = run_pair([prog, "-p", port], [prog, "-p", port, "127.0.0.1"], nic_env)
     assert cli.rc == 0, cli.out + cli.err
     assert srv.rc == 0, srv.out + srv.err
     caps = "caps: port_type=0 log_bf_reg_size=9 cqe_version=1 rc=1 log_max_qp_sz=15"

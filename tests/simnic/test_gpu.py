@@ -52,7 +52,7 @@ def _devx_pair(env, server_gpu: bool, client_gpu: bool):
     prog = str(example("devx_rc"))
     port = str(free_port())
     srv_args = [prog, *(["-g"] if server_gpu else []), "-p", port]
-    cli_args = [prog, *(["-g"] if client_gpu else []), "-p", port, "localhost"]
+    cli_args = [prog, *(["-g"] if client_gpu else []), "-p", port, "127.0.0.1"]
     srv, cli = run_pair(srv_args, cli_args, env)
     assert cli.rc == 0, cli.out + cli.err
     assert srv.rc == 0, srv.out + srv.err
@@ -110,7 +110,7 @@ def test_host_programs_never_load_cuda(fabric):
     env = {**os.environ, **environment(devices=1, fabric=fabric, cuda_stub=True), "CUDASTUB_STATS": "1"}
     prog = str(example("rdma_ops"))
     port = str(free_port())
-    srv, cli = run_pair([prog, "-p", port], [prog, "-p", port, "localhost"], env)
+    srv, cli = run_pair([prog, "-p", port], [prog, "-p", port, "127.0.0.1"], env)
     assert srv.rc == 0 and cli.rc == 0, srv.err + cli.err
     assert "cudastub:" not in srv.err + cli.err
 

@@ -28,7 +28,7 @@ def _pair(prog, size, iters, mode, env, extra=()):
     if mode == "events":
         args.append("-e")
     args.append("-c")	# the server validates the received buffer
-    srv, cli = run_pair(args, args + ["localhost"], env)
+    srv, cli = run_pair(args, args + ["127.0.0.1"], env)
     assert srv.rc == 0, srv.out + srv.err
     assert cli.rc == 0, cli.out + cli.err
     return srv, cli

@@ -9,7 +9,7 @@ from .conftest import example, free_port, run, run_pair
 def test_write_read_atomics_sends_between_two_processes(nic_env):
     prog = str(example("rdma_ops"))
     port = str(free_port())
-    srv, cli = run_pair([prog, "-p", port], [prog, "-p", port, "localhost"], nic_env)
+    srv, cli = run_pair([prog, "-p", port], [prog, "-p", port, "127.0.0.1"], nic_env)
     assert cli.rc == 0, cli.out + cli.err
     assert srv.rc == 0, srv.out + srv.err
     assert cli.out.splitlines() == [

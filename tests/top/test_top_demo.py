@@ -40,7 +40,7 @@ def _example(json_path, n: int, gap_us: int) -> list[str]:
 def test_spawn_live_shows_the_demo_doorbell_rate_it_reports(tmux, tmp_path, gda_env):
     summary = tmp_path / "example.json"
     cmd = " ".join(SIGMATRACE + ["spawn", "--live", "--out", str(tmp_path / "trace"), "--"]
-                   + _example(summary, n=6000, gap_us=1000))
+                   + _example(summary, n=12000, gap_us=1000))
     tmux.start(cmd, env=gda_env)
     wait_for(lambda: "gpu0" in tmux.screen(), 120, what="the demo's GPU row")
     screens = []
