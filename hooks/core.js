@@ -156,9 +156,12 @@ const sigmatrace = (() => {
       if (p.state !== 'waiting') continue;
       const mods = modulesFor(p.spec);
       if (mods === null) continue;
+      // A provider's install may load libraries itself (the cuda provider's runtime looks the
+      // driver up with dlopen): the dlopen hook must not start a second install of it meanwhile.
+      p.state = 'installing';
       let result;
       try {
-        result = p.spec.install(mods, api) || { installed: [], failed: [] };
+        result = internal(() => p.spec.install(mods, api)) || { installed: [], failed: [] };
       } catch (e) {
         result = { installed: [], failed: [{ name: 'install', why: e.message || String(e) }] };
       }

@@ -81,12 +81,19 @@ static void drv_load(void)
 }
 static int drv_ready(void)
 {
+    /* dlopen may run hooks (the agent's, other tools') that come back here on this thread:
+     * answer them "not yet" instead of waiting on our own lock. */
+    static __thread int loading;
     if (__atomic_load_n(&drv.lib, __ATOMIC_ACQUIRE))
         return 1;
+    if (loading)
+        return 0;
+    loading = 1;
     pthread_mutex_lock(&drv_lock);
     if (!drv.lib)
         drv_load();
     pthread_mutex_unlock(&drv_lock);
+    loading = 0;
     return drv.lib != NULL;
 }
 static const char *cu_err(CUresult r)

@@ -131,9 +131,6 @@ def test_top_pid_on_the_running_demo_says_what_it_cannot_see(tmux, running_examp
     assert example.proc.poll() is None
 
 
-@pytest.mark.xfail(strict=True, reason="gpu: attaching with the cuda provider to the running gda example never "
-                   "returns from the agent's init RPC (`sigmatrace attach --pid PID --duration 2 --providers cuda` "
-                   "hangs too; verbs and mlx5 alone return), so the controller cannot detach on q; reported to the lead")
 def test_top_pid_q_leaves_the_running_demo_to_finish(tmux, running_example):
     example = running_example(n=8000)
     tmux.start(" ".join(SIGMATRACE) + f" top --pid {example.proc.pid}")
