@@ -34,14 +34,50 @@ def _environ(env: dict[str, str]):
 
 def _demo_cxi(out: Optional[Path], quiet: bool) -> None:
     from rich.console import Console
+    from rich.table import Table
 
-    if importlib.util.find_spec("sigmatrace.cxi") is None or importlib.util.find_spec("sigmatrace.cxi.demo") is None:
-        Console(stderr=True).print("[yellow]sigmatrace demo cxi: the libcxi example is not part of this installation yet "
-                                   "(it comes with the eBPF cxi provider).[/] Try `sigmatrace demo` (gda).")
-        raise typer.Exit(2)
+    from ..capture.launch import default_out
+    from ..capture.ui import CaptureUI, RichUI
     from ..cxi import demo as cxi_demo
+    from ..errors import SigmatraceError
+    from ..report import build_report
+    from ..report.view import render
+    from ..trace.reader import TraceDir
 
-    cxi_demo.run(out, quiet=quiet)
+    if os.geteuid() != 0:
+        raise SigmatraceError("the cxi demo loads eBPF uprobes, which needs root", hint="run it with sudo")
+    console = Console()
+    out = out or default_out("cxi-demo")
+    if not quiet:
+        console.print("[bold]sigmatrace demo cxi[/]: a program issuing libcxi commands through statically inlined "
+                      "emit/ring functions (no symbols to hook), traced with eBPF uprobes placed at the inlined "
+                      "copies found in its DWARF.")
+    result = cxi_demo.run(out, ui=CaptureUI() if quiet else RichUI())
+    report = build_report(TraceDir(result.trace_dir))
+    render(report, console)
+    program = result.program
+    if not program:
+        console.print(f"[red]The example did not finish (exit status {result.returncode}); "
+                      f"the trace is in {result.trace_dir}.[/]")
+        raise typer.Exit(1)
+    by_op: dict[str, int] = {}
+    for q in ("queue_a", "queue_b"):
+        for op, n in program.get(q, {}).get("by_opcode", {}).items():
+            by_op[op] = by_op.get(op, 0) + n
+    seen = report.get("cxi_ops") or {}
+    t = Table(title="What the program did, and what the tracer saw of it")
+    t.add_column("")
+    t.add_column("program", justify="right")
+    t.add_column("trace", justify="right")
+    t.add_row("doorbells rung", str(program.get("doorbells_rung")), str(report.get("cxi_doorbells")))
+    t.add_row("commands", str(program.get("commands_emitted")), str(sum(seen.values())))
+    for op in sorted(set(by_op) | set(seen)):
+        t.add_row(f"  {op}", str(by_op.get(op, 0)), str(seen.get(op, 0)))
+    console.print(t)
+    console.print(f"Trace: {result.trace_dir}   (sigmatrace report {result.trace_dir} --json)")
+    if report.get("cxi_doorbells") != program.get("doorbells_rung") or seen != by_op or result.returncode:
+        console.print("[red]The tracer did not see every command of the demo: see the warnings above.[/]")
+        raise typer.Exit(1)
 
 
 def _demo_gda(out: Optional[Path], n: int, backend: str, quiet: bool) -> None:

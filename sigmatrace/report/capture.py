@@ -8,6 +8,8 @@ mode); a QP whose peer was never seen has `remote_qpn` null.
 """
 from __future__ import annotations
 
+import json
+
 from collections import Counter, defaultdict
 
 import numpy as np
@@ -143,6 +145,15 @@ def _qp(qps: dict, p, qpn: int) -> dict:
     return qps[key]
 
 
+def _ebpf_summary(p) -> dict | None:
+    """p<pid>/cxi.json, the eBPF provider's summary (FORMAT.md), or None."""
+    try:
+        data = json.loads((p.path / "cxi.json").read_text())
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
 def compute(td: TraceDir) -> dict:
     totals = {"calls": Counter(), "ops": Counter(), "bytes": 0, "drops": 0, "records": Counter(), "calibrations": 0, "not_traced": [],
               "recv_wrs": 0, "recv_bytes": 0, "completions": 0, "completion_errors": 0}
@@ -153,6 +164,18 @@ def compute(td: TraceDir) -> dict:
     for pr in processes:
         for name, state in pr["providers"].items():
             providers[name].add(state)
+    # the eBPF provider keeps its coverage in cxi.json (it runs in the controller, not the target)
+    for p in td.processes:
+        probes = _ebpf_summary(p)
+        if probes is None:
+            continue
+        sites = probes.get("ring_sites")
+        attached = isinstance(sites, list) and len(sites) > 0
+        counters = probes.get("counters")
+        records = counters.get("records", 0) if isinstance(counters, dict) else 0
+        providers[str(probes.get("provider", "cxi"))].add("installed" if attached else "waiting")
+        coverage["hooks_installed"] |= attached
+        coverage["records_flowing"] |= isinstance(records, int) and records > 0
     # a peer's pid when both ends were traced in this trace
     by_qpn = defaultdict(list)
     for q in qps.values():

@@ -95,3 +95,19 @@ def test_cli_debug_dir_for_stripped_library(tmp_path, lib):
     assert f"{libdir / 'libcxidemo_ops.so'} has no DWARF" in flat and "--debug-dir" in flat
     report = _report(out2)
     assert report["cxi_ops"] == {"PUT": 4, "GET": 3, "ATOMIC": 6}
+
+
+def test_demo_cxi(tmp_path):
+    """`sigmatrace demo cxi`: the default mix, traced; program and trace agree and coverage counts
+    the eBPF provider (no Frida hooks are installed in this program)."""
+    out = tmp_path / "trace"
+    res = subprocess.run(CLI + ["demo", "cxi", "--out", str(out)], capture_output=True, text=True, timeout=180)
+    assert res.returncode == 0, res.stdout + res.stderr
+    mix = demo.DEFAULT_MIX
+    report = _report(out)
+    assert report["cxi_doorbells"] == len(expected.commands(mix)) == 27
+    assert report["cxi_ops"] == expected.per_op(mix)
+    assert report["providers"] == {"cxi": ["installed"]}
+    assert report["coverage"]["hooks_installed"] and report["coverage"]["records_flowing"]
+    assert "No hooks were installed" not in res.stdout
+    assert tracefs_uprobes() == []
