@@ -25,6 +25,13 @@ struct db_rthread {
     int state;
 };
 
+/* Set by a repeater thread once it has flushed for the end of a session (db_flush_all): from
+ * then on it records nothing, so each doorbell it recorded has its WQEs recorded too.  Cleared
+ * when it sees recording off, ready for the next session. */
+static __thread int tls_muted;
+int db_thread_recording(void) { return !tls_muted && db_recording(); }
+static int thread_records_wanted(void) { return !tls_muted && db_records_wanted(); }
+
 static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
 static pthread_mutex_t g_qp_lock = PTHREAD_MUTEX_INITIALIZER; /* appends to a page's QP table */
 static struct db_page *g_pages[DB_MAX_PAGES];
@@ -216,7 +223,7 @@ static void record_loss(struct db_qp *q, uint64_t first, uint64_t n, uint64_t ts
 {
     q->live->wqe_losses += n;
     q->live->wqe_pi = first + n;
-    if (!db_records_wanted())
+    if (!thread_records_wanted())
         return;
     struct st_record r = {0};
     r.ts = ts;
@@ -255,7 +262,7 @@ static void prepare_recovery(struct db_page *pg, struct db_qp *q)
         return;
     }
     if (wqe_rec_init(&q->rec, q->qpn, q->st, q->slots, q->sq_addr, q->mirror, cp, pg->thread->p.wqe_batch,
-                     q->live, db_records_wanted()) != 0) {
+                     q->live, thread_records_wanted()) != 0) {
         db_error("wqe_recovery", "qp 0x%x: cannot track a send queue of %u blocks", q->qpn, q->slots);
         return;
     }
@@ -305,7 +312,7 @@ static void on_doorbell(struct db_rthread *T, struct db_page *pg, uint64_t raw, 
     /* WQE recovery copies the newly announced blocks before the forward (the paper's order: the
      * GPU can reuse a slot only after the NIC completed it); wqe_copy_before_forward=0 forwards
      * first (docs/doorbells.md measures both) */
-    int recover = q && delta && T->p.mode == ST_DB_WQE && db_recording();
+    int recover = q && delta && T->p.mode == ST_DB_WQE && db_thread_recording();
     if (recover && T->p.copy_before_forward)
         recover_blocks(pg, q, delta, ts);
     /* forward: one 64-bit store, then make it leave the write-combining buffer */
@@ -317,7 +324,7 @@ static void on_doorbell(struct db_rthread *T, struct db_page *pg, uint64_t raw, 
     l->doorbells++;
     l->forwarded++;
     l->last_doorbell_tsc = ts;
-    if (db_records_wanted()) {
+    if (thread_records_wanted()) {
         struct st_record r = {0};
         r.ts = ts;
         r.type = ST_REC_DOORBELL;
@@ -456,6 +463,18 @@ static void *rthread_main(void *arg)
             if (pg->stop_req)
                 finish_page(pg);
         }
+        /* served even while doorbells flow: the session's end must not wait for a lull */
+        uint32_t req = __atomic_load_n(&T->flush_req, __ATOMIC_ACQUIRE);
+        if (req != T->flush_ack) {
+            for (uint32_t i = 0; i < n; i++)
+                if (!T->pages[i]->stopped)
+                    flush_page(T->pages[i]);
+            report_stats(T, started);
+            tls_muted = 1;
+            __atomic_store_n(&T->flush_ack, req, __ATOMIC_RELEASE);
+        } else if (tls_muted && !db_recording()) {
+            tls_muted = 0;
+        }
         if (busy) {
             polls = 0;
             flushed = 0;
@@ -463,14 +482,6 @@ static void *rthread_main(void *arg)
             last_active = mono_ns();
             set_state(T, ST_REP_SPINNING);
             continue;
-        }
-        uint32_t req = __atomic_load_n(&T->flush_req, __ATOMIC_ACQUIRE);
-        if (req != T->flush_ack) {
-            for (uint32_t i = 0; i < n; i++)
-                if (!T->pages[i]->stopped)
-                    flush_page(T->pages[i]);
-            report_stats(T, started);
-            __atomic_store_n(&T->flush_ack, req, __ATOMIC_RELEASE);
         }
         if (++polls & 63) {
             cpu_relax();

@@ -111,9 +111,12 @@ int db_page_add_qp(struct db_page *pg, struct db_qp *q);
 /* Stop a page before its register goes away: the thread forwards what is pending, parses what
  * was recovered, and never touches `target` again.  Waits up to timeout_ms; 0 if it stopped. */
 int db_page_stop(struct db_page *pg, int timeout_ms);
-/* Every repeater thread synchronises and parses what it has recovered (recording stops).
- * Waits up to timeout_ms for all of them. */
+/* Every repeater thread synchronises and parses what it has recovered, then records nothing
+ * more in this session (recording stops).  Waits up to timeout_ms for all of them. */
 void db_flush_all(int timeout_ms);
+/* On a repeater thread: whether it still records in this session (recording on, and it has not
+ * flushed for the session's end). */
+int db_thread_recording(void);
 /* QP lookup for doorbells of a qpn the page does not know yet (devx_state.c installs it). */
 void db_set_qp_resolver(struct db_qp *(*fn)(uint32_t qpn, struct db_page *pg));
 

@@ -93,10 +93,10 @@ enum st_stop_reason {
     ST_STOP_EXIT = 3,            /* the process is exiting */
 };
 
-/* Called once when recording stops, before the end calibration and final flush, from the
- * stopping thread (the agent's, the flusher on controller loss, or the exiting thread).  The
- * hook must not block for long; repeaters use it to stop emitting records while they keep
- * forwarding doorbells.  Hooks stay registered across sessions.  Returns 0, or -1 if full. */
+/* Called once just before recording stops (records can still be written), from the stopping
+ * thread (the agent's, the flusher on controller loss, or the exiting thread).  The hook must
+ * not block for long; repeaters use it to record the WQEs they hold for their next batch, then
+ * keep forwarding doorbells without recording.  Hooks stay registered across sessions.  Returns 0, or -1 if full. */
 typedef void (*st_stop_hook)(int reason, void *arg);
 int st_on_stop(st_stop_hook fn, void *arg);
 

@@ -5,6 +5,7 @@
 
 #include "db_env.h"
 #include "wqe_recovery.h"
+#include "repeater.h"
 
 static int host_copy(struct db_copier *c, void *dst, uint64_t src, size_t n)
 {
@@ -79,6 +80,10 @@ static void emit_loss(struct wqe_rec *r, uint64_t first, uint64_t n, uint64_t ts
 
 static void emit_wqe(struct wqe_rec *r, const struct wqe_info *w, uint64_t ts)
 {
+    /* a batch parsed after recording stopped belongs to no session: neither record nor count
+     * it, so the live counters and the records of a session agree */
+    if (r->emit && !db_thread_recording())
+        return;
     struct st_live_qp *l = r->live;
     l->wqes++;
     l->wqe_bytes += w->bytes;
