@@ -17,7 +17,6 @@ from pathlib import Path
 from rich.console import Console
 
 from ..errors import SigmatraceError
-from .provider import CxiProvider
 
 
 class CxiObserver:
@@ -26,7 +25,7 @@ class CxiObserver:
         self.out = Path(out)
         self.explicit = explicit
         self.debug_dirs = [str(d) for d in getattr(options, "debug_dirs", None) or []]
-        self.providers: dict[int, CxiProvider] = {}
+        self.providers: dict = {}  # pid -> CxiProvider
         self._console = console or Console(stderr=True)
         self._lock = threading.Lock()
 
@@ -41,6 +40,8 @@ class CxiObserver:
             old = self.providers.pop(pid, None)
         if old is not None:
             old.stop()  # the pid exec'd a new program: its probes belonged to the old image
+        from .provider import CxiProvider  # bcc and capstone: only where the provider runs
+
         provider = CxiProvider(pid, proc_dir, self.debug_dirs, on_message=self._say if self.explicit else None,
                                quiet=not self.explicit)
         try:
@@ -81,17 +82,29 @@ def make_observer(options, out: Path):
     if "cxi" not in options.external_providers():
         return None
     explicit = options.providers is not None
-    if not explicit and (os.geteuid() != 0 or not _bcc_present()):
+    missing = _missing_modules()
+    if not explicit and (os.geteuid() != 0 or missing):
         return None  # by default only where it can work; by name it says why it cannot
     if explicit and os.geteuid() != 0:
         raise SigmatraceError("the cxi provider needs root (eBPF uprobes)",
                               hint="run as root, or drop cxi from --providers")
+    if explicit and missing:
+        raise SigmatraceError(f"the cxi provider needs the Python module(s) {', '.join(missing)}",
+                              hint="run scripts/setup.sh (Debian's python3-bpfcc for bcc; pip install capstone), "
+                                   "or drop cxi from --providers")
     return CxiObserver(options, out, explicit)
 
 
-def _bcc_present() -> bool:
+def _missing_modules() -> list[str]:
+    """The modules the provider needs (bcc for the probes, capstone to place them) not found here."""
     import importlib.util
-    try:
-        return importlib.util.find_spec("bcc") is not None
-    except (ImportError, ValueError):
-        return False
+
+    missing = []
+    for name in ("bcc", "capstone"):
+        try:
+            found = importlib.util.find_spec(name) is not None
+        except (ImportError, ValueError):
+            found = False
+        if not found:
+            missing.append(name)
+    return missing

@@ -157,3 +157,35 @@ def test_ctrl_c_stops_cleanly_and_a_second_one_is_ignored(tmp_path, lib):
     assert ctl.returncode == 0
     session = json.loads((tmp_path / "session.json").read_text())
     assert session["status"] == "interrupted" and "ended_ns" in session
+
+
+# A Python without bcc and capstone (as on a machine where only the Frida providers are set up).
+_WITHOUT_EBPF_MODULES = (
+    "import sys\n"
+    "sys.modules['capstone'] = None\n"
+    "sys.modules['bcc'] = None\n"
+    "from sigmatrace.cli.main import main\n"
+    "sys.argv = ['sigmatrace'] + sys.argv[1:]\n"
+    "main()\n"
+)
+
+
+def test_without_bcc_and_capstone_other_providers_trace_and_cxi_says_why(tmp_path):
+    from sigmatrace.simnic import environment
+    from sigmatrace.trace.reader import TraceDir
+
+    env = {**os.environ, **environment(devices=1, fabric=f"nocxi-{os.getpid()}")}
+    base = [sys.executable, "-c", _WITHOUT_EBPF_MODULES]
+    res = subprocess.run(base + ["spawn", "-q", "--out", str(tmp_path / "t1"), "--", "ibv_devices"],
+                         env=env, capture_output=True, text=True, timeout=120)
+    assert res.returncode == 0, res.stderr
+    assert "mlx5_0" in res.stdout
+    [proc] = TraceDir(tmp_path / "t1").processes
+    assert [ev["dev"] for ev in proc.cold() if ev["ev"] == "dev_open"] == []  # ibv_devices lists, opens nothing
+    assert not (proc.path / "cxi.json").exists()
+    res = subprocess.run(base + ["spawn", "-q", "--providers", "verbs,cxi", "--out", str(tmp_path / "t2"), "--",
+                                 "ibv_devices"], env=env, capture_output=True, text=True, timeout=120)
+    assert res.returncode == 1
+    assert res.stderr.strip().splitlines()[-1] == (
+        "sigmatrace: error: the cxi provider needs the Python module(s) bcc, capstone (run scripts/setup.sh "
+        "(Debian's python3-bpfcc for bcc; pip install capstone), or drop cxi from --providers)")
