@@ -245,12 +245,24 @@ struct sn_uar *sn_uar_alloc(struct sn_context *ctx, int devx)
 
 	if (!u)
 		return NULL;
-	/* a page of its own, as a UAR mapping is: CUDA may register it */
-	u->page = mmap(NULL, SN_PAGE, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	/* a page of its own, as a UAR mapping is: CUDA may register it.  Like rdma-core's mapping of
+	 * the device file, it is a shared mapping of a named file (/proc/PID/maps shows
+	 * /memfd:simnic-uar, as it shows /dev/infiniband/uverbsN on hardware) kept out of children
+	 * made by fork. */
+	u->page = MAP_FAILED;
+	int fd = memfd_create("simnic-uar", MFD_CLOEXEC);
+	if (fd >= 0) {
+		if (ftruncate(fd, SN_PAGE) == 0)
+			u->page = mmap(NULL, SN_PAGE, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+		close(fd);
+	}
+	if (u->page == MAP_FAILED) /* no memfd here: an anonymous page does the same job */
+		u->page = mmap(NULL, SN_PAGE, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
 	if (u->page == MAP_FAILED) {
 		free(u);
 		return NULL;
 	}
+	madvise(u->page, SN_PAGE, MADV_DONTFORK);
 	u->devx = devx;
 	pthread_mutex_lock(&ctx->eng->lock);
 	u->page_id = ctx->eng->next_uar_id++;

@@ -349,6 +349,45 @@ def test_attach_before_the_doorbells_are_mapped(tmp_path):
     check_qp_trace(recs, s["qps"][0], 200, ["write", "fadd"])
 
 
+def test_attach_after_the_doorbells_are_mapped_says_which_pages_it_cannot_watch(tmp_path):
+    """`sigmatrace attach` once the GPU already holds its doorbell pointers: those pages cannot be
+    substituted; the trace names each such page (never a silent zero) and the program is unchanged."""
+    from sigmatrace import gda
+    from sigmatrace.report import build_report
+    from sigmatrace.trace.reader import TraceDir
+
+    summary, trace = tmp_path / "s.json", tmp_path / "t"
+    prog = subprocess.Popen([str(gda.binary(BACKEND)), "--mode", "latency", "-n", "20000", "--gap-us", "200",
+                             "--json", str(summary), "--quiet", "--timeout", "120"], env=_env(),
+                            start_new_session=True)
+    try:
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:  # the example's doorbell pages are mapped and in use
+            with open(f"/proc/{prog.pid}/maps") as f:
+                if f.read().count("simnic-uar") >= 2:
+                    break
+            time.sleep(0.05)
+        time.sleep(0.5)
+        att = subprocess.run([sys.executable, "-m", "sigmatrace.cli.main", "attach", "--quiet", "--pid", str(prog.pid),
+                              "--duration", "1", "--out", str(trace)], env=_env(), capture_output=True, text=True,
+                             timeout=120)
+        assert prog.wait(timeout=120) == 0
+    finally:
+        if prog.poll() is None:
+            prog.kill()
+    assert att.returncode == 0, att.stderr[-3000:]
+    s = json.loads(summary.read_text())
+    assert s["verify"]["ok"]
+    td = TraceDir(trace)
+    p = td.processes[0]
+    unwatched = {ev["reg_addr"] for ev in p.cold() if ev["ev"] == "uar_unwatched"}
+    assert s["qps"][0]["uar_reg_addr"] in unwatched
+    assert all(ev["why"] == "mapped before attach" for ev in p.cold() if ev["ev"] == "uar_unwatched")
+    report = build_report(td)
+    assert report["doorbells"] == 0 and not report["uars"]["watched"]
+    assert {u["reg_addr"] for u in report["uars"]["unwatched"]} == unwatched
+
+
 def test_repeater_cpus_pins_the_repeater(gda_run):
     r = gda_run(["--mode", "ops", "-n", "50", "--ops", "write"], spawn_args=["--repeater-cpus", "0"])
     rep = r.report()["repeaters"]
