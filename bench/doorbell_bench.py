@@ -36,7 +36,7 @@ CONFIGS = ("none", "forward", "wqe")
 # doorbell's blocks before forwarding it; these trade that guarantee for less latency
 VARIANTS = {
     "wqe-chunk8": {"SIGMATRACE_WQE_COPY_CHUNK": "8"},           # copy once 8 blocks wait
-    "wqe-before": {"SIGMATRACE_WQE_COPY_BEFORE_FORWARD": "1"},  # copy GPU queues before forwarding too
+    "wqe-after": {"SIGMATRACE_WQE_COPY_BEFORE_FORWARD": "0"},  # forward first, then copy
 }
 
 
@@ -143,7 +143,7 @@ def main() -> int:
     summary: dict = {}
     t = Table(title=f"GPU doorbell hijack, {backend} backend (medians of {a.rounds} rounds)")
     for col in ("measure", "no tracer", "--doorbells forward", "--doorbells wqe", "forward vs none", "wqe vs none",
-                "wqe, copies of 8 blocks", "wqe, copy before forward"):
+                "wqe, copies of 8 blocks", "wqe, copy after forward"):
         t.add_column(col, justify="right" if col != "measure" else "left")
     rows = [
         ("put+completion p50 (us)", "latency", lambda d: d["latency_ns"]["p50"] / 1000),

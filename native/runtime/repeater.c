@@ -102,11 +102,7 @@ void db_params_load(struct db_params *p, int mode)
     memset(p, 0, sizeof(*p));
     p->mode = mode;
     p->wqe_batch = cfg_u32("wqe_batch", 128);
-    /* -1: copy before forwarding where the copy is a memcpy (a host-memory queue: the block is
-     * in the mirror before the NIC can complete it), after where it is an asynchronous CUDA copy
-     * (its enqueue costs ~1.4 us, and an enqueued copy is no more ordered before the NIC's read
-     * than one enqueued right after the forward; the index check catches a reused slot) */
-    p->copy_before_forward = (int)cfg_u32("wqe_copy_before_forward", (uint32_t)-1);
+    p->copy_before_forward = (int)cfg_u32("wqe_copy_before_forward", 1);
     p->copy_chunk = cfg_u32("wqe_copy_chunk", 1);
     p->spin_us = cfg_u32("repeater_spin_us", 200);
     p->pause_us = cfg_u32("repeater_pause_us", 2000);
@@ -317,8 +313,7 @@ static void on_doorbell(struct db_rthread *T, struct db_page *pg, uint64_t raw, 
      * GPU can reuse a slot only after the NIC completed it); wqe_copy_before_forward=0 forwards
      * first (docs/doorbells.md measures both) */
     int recover = q && delta && T->p.mode == ST_DB_WQE && db_thread_recording();
-    int copy_first = T->p.copy_before_forward >= 0 ? T->p.copy_before_forward : !(q && q->sq_mem == DB_MEM_GPU);
-    if (recover && copy_first)
+    if (recover && T->p.copy_before_forward)
         recover_blocks(pg, q, delta, ts);
     /* forward: one 64-bit store, then make it leave the write-combining buffer */
     __atomic_store_n(pg->target, raw, __ATOMIC_RELAXED);
@@ -343,7 +338,7 @@ static void on_doorbell(struct db_rthread *T, struct db_page *pg, uint64_t raw, 
         r.aux32 = v.next;
         db_emit(&r);
     }
-    if (recover && !copy_first)
+    if (recover && !T->p.copy_before_forward)
         recover_blocks(pg, q, delta, ts);
     if (q) {
         q->pi += delta;

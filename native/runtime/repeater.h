@@ -81,8 +81,7 @@ struct db_page {
 struct db_params {
     int mode;                  /* ST_DB_FORWARD or ST_DB_WQE */
     uint32_t wqe_batch;        /* batch threshold in blocks (clamped to half of each ring) */
-    int copy_before_forward;   /* 1: copy (and sync at the threshold) before forwarding, 0: after;
-                                * -1 (default): before for a queue in host memory, after for one in GPU memory */
+    int copy_before_forward;   /* 1 (default): enqueue the copy (and sync at the threshold) before forwarding */
     uint32_t copy_chunk;       /* copy once this many blocks wait uncopied (default 1: on every doorbell,
                                   so no producer index is forwarded before its blocks were copied) */
     uint32_t threads;          /* most repeater threads */
