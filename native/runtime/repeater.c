@@ -466,9 +466,19 @@ static void *rthread_main(void *arg)
         /* served even while doorbells flow: the session's end must not wait for a lull */
         uint32_t req = __atomic_load_n(&T->flush_req, __ATOMIC_ACQUIRE);
         if (req != T->flush_ack) {
-            for (uint32_t i = 0; i < n; i++)
-                if (!T->pages[i]->stopped)
-                    flush_page(T->pages[i]);
+            for (uint32_t i = 0; i < n; i++) {
+                struct db_page *pg = T->pages[i];
+                if (pg->stopped)
+                    continue;
+                /* a doorbell stored before the flush was asked for may have landed after this
+                 * pass's scan: take it now, so the session's last doorbells are accounted */
+                uint64_t v = __atomic_load_n(&pg->watch[0], __ATOMIC_RELAXED);
+                if (v != pg->last[0]) {
+                    on_doorbell(T, pg, v, db_now());
+                    forward_other_words(pg);
+                }
+                flush_page(pg);
+            }
             report_stats(T, started);
             tls_muted = 1;
             __atomic_store_n(&T->flush_ack, req, __ATOMIC_RELEASE);
