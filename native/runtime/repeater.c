@@ -434,6 +434,17 @@ static void report_stats(struct db_rthread *T, uint64_t started)
             (unsigned long long)sleeps);
 }
 
+/* Handle the page's doorbell word if it changed since we last saw it; 1 if it had. */
+static int take_doorbell(struct db_rthread *T, struct db_page *pg)
+{
+    uint64_t v = __atomic_load_n(&pg->watch[0], __ATOMIC_RELAXED);
+    if (v == pg->last[0])
+        return 0;
+    on_doorbell(T, pg, v, db_now());
+    forward_other_words(pg);
+    return 1;
+}
+
 static void *rthread_main(void *arg)
 {
     struct db_rthread *T = arg;
@@ -454,12 +465,7 @@ static void *rthread_main(void *arg)
             struct db_page *pg = T->pages[i];
             if (pg->stopped)
                 continue;
-            uint64_t v = __atomic_load_n(&pg->watch[0], __ATOMIC_RELAXED);
-            if (v != pg->last[0]) {
-                on_doorbell(T, pg, v, db_now());
-                forward_other_words(pg);
-                busy = 1;
-            }
+            busy |= take_doorbell(T, pg);
             if (pg->stop_req)
                 finish_page(pg);
         }
@@ -472,11 +478,7 @@ static void *rthread_main(void *arg)
                     continue;
                 /* a doorbell stored before the flush was asked for may have landed after this
                  * pass's scan: take it now, so the session's last doorbells are accounted */
-                uint64_t v = __atomic_load_n(&pg->watch[0], __ATOMIC_RELAXED);
-                if (v != pg->last[0]) {
-                    on_doorbell(T, pg, v, db_now());
-                    forward_other_words(pg);
-                }
+                take_doorbell(T, pg);
                 flush_page(pg);
             }
             report_stats(T, started);
