@@ -140,10 +140,25 @@ const sigmatrace = (() => {
     fn('st_provider', 'void', ['pointer', 'int', 'int'])(Memory.allocUtf8String(name), PROVIDER_STATE[state], hooks);
   }
 
+  // A library by the name programs load it by (its SONAME, 'libcuda.so.1').  The module list of
+  // a process we attach to names each library by the file mapped, which is what the SONAME link
+  // points to: libibverbs.so.1.14.44.0, libmlx5.so.1.24.44.0, libcuda.so.580.95.05.
+  function findLibrary(lib) {
+    const m = Process.findModuleByName(lib);
+    if (m !== null) return m;
+    const stem = lib.replace(/\.so(\.\d+)*$/, '.so'); // libcuda.so.1 -> libcuda.so
+    let best = null;
+    for (const mod of Process.enumerateModules()) {
+      if (mod.name.startsWith(lib + '.')) return mod; // libibverbs.so.1 -> libibverbs.so.1.14.44.0
+      if (best === null && mod.name.startsWith(stem + '.')) best = mod; // libcuda.so.1 -> libcuda.so.580.95.05
+    }
+    return best;
+  }
+
   function modulesFor(spec) {
     const found = {};
     for (const lib of spec.libraries) {
-      const m = Process.findModuleByName(lib);
+      const m = findLibrary(lib);
       if (m === null) return null;
       found[lib] = m;
     }

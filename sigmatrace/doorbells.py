@@ -7,6 +7,7 @@ experiments `repeater_threads`, `repeater_spin_us`, `repeater_pause_us`, `repeat
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 from .errors import UsageError
 
@@ -28,12 +29,38 @@ def parse_cpu_list(text: str) -> list[int]:
         if a < 0 or b < a:
             raise UsageError(f"--repeater-cpus: bad range '{part}'", hint="e.g. 2,3 or 8-11")
         cpus.extend(range(a, b + 1))
-    usable = os.sched_getaffinity(0)
+    usable = cpus_allowed()
     missing = [c for c in cpus if c not in usable]
     if missing:
         raise UsageError(f"--repeater-cpus: CPU(s) {', '.join(map(str, missing))} are not available here",
-                         hint=f"this process may use CPUs {_ranges(sorted(usable))}")
+                         hint=f"CPUs here: {_ranges(sorted(usable))}")
     return cpus
+
+
+def cpus_allowed() -> set[int]:
+    """CPUs a thread of ours may be moved to: those of the cgroup's cpuset (or all online ones),
+    not only this process's affinity, which a `taskset` narrows without forbidding the others
+    (a benchmark pins the program to some CPUs and its repeater to another)."""
+    allowed = set(os.sched_getaffinity(0))
+    for path in ("/sys/fs/cgroup/cpuset.cpus.effective", "/sys/devices/system/cpu/online"):
+        try:
+            text = Path(path).read_text().strip()
+        except OSError:
+            continue
+        if text:
+            try:
+                return allowed | set(_expand(text))
+            except ValueError:
+                continue
+    return allowed
+
+
+def _expand(text: str) -> list[int]:
+    out: list[int] = []
+    for part in text.split(","):
+        lo, sep, hi = part.strip().partition("-")
+        out.extend(range(int(lo), int(hi if sep else lo) + 1))
+    return out
 
 
 def _ranges(cpus: list[int]) -> str:

@@ -72,6 +72,9 @@ struct opts {
     double timeout_s;
     double gap_us;
     double start_delay_s; /* wait before setting anything up (to attach a tracer first) */
+    double linger_s;      /* keep everything mapped this long after the run (to attach late) */
+    int alternate;        /* latency mode, several pairs: their threads take turns */
+    const char *setup_gate; /* set up the first pair, then wait for this file before the rest */
     const char *dev;
     const char *json;   /* write the summary here instead of stdout */
     int quiet;
@@ -108,6 +111,12 @@ static void usage(FILE *f)
             "      --timeout S       fail a wait after S seconds (default 30)\n"
             "      --gap-us U        latency mode: stay idle U microseconds between operations\n"
             "      --start-delay S   wait S seconds before setting anything up\n"
+            "      --linger S        after the run, keep queues and doorbell pages S seconds before\n"
+            "                        tearing them down\n"
+            "      --alternate       latency mode with --qps Q: the Q submitting threads take turns, one\n"
+            "                        operation at a time (QPs compared within one run); latency per QP\n"
+            "      --setup-gate FILE set up the first pair, say so on stderr, then wait until FILE\n"
+            "                        exists before setting up the others (to attach a tracer between)\n"
             "  -d, --dev NAME        RDMA device (default: the first)\n"
             "      --json FILE       write the JSON summary to FILE instead of stdout\n"
             "      --quiet           no progress on stderr\n"
@@ -144,7 +153,7 @@ static int parse_opts(int argc, char **argv, struct opts *o)
         {"op", 1, 0, 'o'},       {"db-style", 1, 0, 'D'}, {"resolve", 1, 0, 'R'}, {"uar-flags", 1, 0, 'U'},
         {"uar-api", 1, 0, 'P'},  {"inline", 0, 0, 'I'}, {"sig-every", 1, 0, 'S'}, {"timeout", 1, 0, 'T'},
         {"dev", 1, 0, 'd'},      {"quiet", 0, 0, 'Q'},  {"help", 0, 0, 'h'},      {"json", 1, 0, 'J'},     {"gap-us", 1, 0, 'G'},    {"queues", 1, 0, 'W'},    {"ordering", 1, 0, 'F'},  {"start-delay", 1, 0, 'Y'},
-        {0, 0, 0, 0}};
+        {"linger", 1, 0, 'L'},   {"alternate", 0, 0, 'X'}, {"setup-gate", 1, 0, 'g'}, {0, 0, 0, 0}};
     *o = (struct opts){.mode = GDA_MODE_OPS, .kinds = GDA_K_WRITE | GDA_K_READ | GDA_K_FADD, .n = 1000, .pairs = 1,
                        .batch = 1, .slots = 64, .area = 16, .warmup = 100, .lat_kind = GDA_K_WRITE,
                        .timeout_s = 30};
@@ -204,6 +213,9 @@ static int parse_opts(int argc, char **argv, struct opts *o)
         case 'J': o->json = optarg; break;
         case 'G': o->gap_us = strtod(optarg, NULL); break;
         case 'Y': o->start_delay_s = strtod(optarg, NULL); break;
+        case 'L': o->linger_s = strtod(optarg, NULL); break;
+        case 'X': o->alternate = 1; break;
+        case 'g': o->setup_gate = optarg; break;
         case 'F':
             if (strcmp(optarg, "fence") && strcmp(optarg, "fenced-dbrec")) {
                 fprintf(stderr, "gda_example: --ordering takes fence or fenced-dbrec\n");
@@ -239,7 +251,11 @@ static int parse_opts(int argc, char **argv, struct opts *o)
         fprintf(stderr, "gda_example: --qps 1..512, --area >= 1, --iters >= 1\n");
         return -1;
     }
-    if (o->mode == GDA_MODE_PINGPONG || o->mode == GDA_MODE_LATENCY)
+    if (o->alternate && o->mode != GDA_MODE_LATENCY) {
+        fprintf(stderr, "gda_example: --alternate is for latency mode\n");
+        return -1;
+    }
+    if (o->mode == GDA_MODE_PINGPONG || (o->mode == GDA_MODE_LATENCY && !o->alternate))
         o->pairs = 1;
     if (!o->sig_every || o->sig_every > o->slots / 4)
         o->sig_every = o->slots / 4 ? o->slots / 4 : 1;
@@ -576,6 +592,22 @@ static int map_doorbell(struct ctx *c, struct qp_res *r)
     return -1;
 }
 
+/* The first pair is ready: say so, and wait for the gate file (a tracer attaching meanwhile). */
+static int wait_gate(struct ctx *c)
+{
+    fprintf(stderr, "gda_example: first pair ready, waiting for %s\n", c->o.setup_gate);
+    fflush(stderr);
+    for (double waited = 0; access(c->o.setup_gate, F_OK) != 0; waited += 0.01) {
+        if (waited > c->o.timeout_s) {
+            fprintf(stderr, "gda_example: %s did not appear within %.0f s\n", c->o.setup_gate, c->o.timeout_s);
+            return -1;
+        }
+        struct timespec ts = {0, 10000000};
+        nanosleep(&ts, NULL);
+    }
+    return 0;
+}
+
 static int setup(struct ctx *c)
 {
     int num = 0;
@@ -620,29 +652,35 @@ static int setup(struct ctx *c)
     if (!c->q)
         return -1;
     size_t bytes = GDA_BUF_BYTES(c->o.area);
-    for (uint32_t i = 0; i < c->nqp; i++) {
-        struct qp_res *r = &c->q[i];
-        if (create_queues(c, r))
-            return -1;
-        CU(cu.MemHostAlloc((void **)&r->buf, bytes, GDA_CU_MEMHOSTALLOC_PORTABLE | GDA_CU_MEMHOSTALLOC_DEVICEMAP));
-        CU(cu.MemHostGetDevicePointer(&r->buf_dev, r->buf, 0));
-        r->mr = ibv_reg_mr(c->pd, r->buf, bytes,
-                           IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC);
-        if (!r->mr) {
-            fprintf(stderr, "gda_example: ibv_reg_mr failed: %s\n", strerror(errno));
-            return -1;
+    /* pair by pair: queues, buffers, connection, doorbell (so that a tracer attached at the
+     * gate sees the later pairs made from scratch) */
+    for (uint32_t p = 0; p < c->o.pairs; p++) {
+        for (uint32_t i = 2 * p; i < 2 * p + 2; i++) {
+            struct qp_res *r = &c->q[i];
+            if (create_queues(c, r))
+                return -1;
+            CU(cu.MemHostAlloc((void **)&r->buf, bytes, GDA_CU_MEMHOSTALLOC_PORTABLE | GDA_CU_MEMHOSTALLOC_DEVICEMAP));
+            CU(cu.MemHostGetDevicePointer(&r->buf_dev, r->buf, 0));
+            r->mr = ibv_reg_mr(c->pd, r->buf, bytes,
+                               IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC);
+            if (!r->mr) {
+                fprintf(stderr, "gda_example: ibv_reg_mr failed: %s\n", strerror(errno));
+                return -1;
+            }
+            r->submits = (i % 2 == 0) || c->o.mode == GDA_MODE_PINGPONG;
         }
-        r->submits = (i % 2 == 0) || c->o.mode == GDA_MODE_PINGPONG;
-    }
-    for (uint32_t i = 0; i < c->nqp; i++) {
-        struct qp_res *r = &c->q[i], *peer = &c->q[i ^ 1];
-        if (modify(c, r, PRM_RST2INIT_QP, peer) || modify(c, r, PRM_INIT2RTR_QP, peer) ||
-            modify(c, r, PRM_RTR2RTS_QP, peer))
+        for (uint32_t i = 2 * p; i < 2 * p + 2; i++) {
+            struct qp_res *r = &c->q[i], *peer = &c->q[i ^ 1];
+            if (modify(c, r, PRM_RST2INIT_QP, peer) || modify(c, r, PRM_INIT2RTR_QP, peer) ||
+                modify(c, r, PRM_RTR2RTS_QP, peer))
+                return -1;
+        }
+        for (uint32_t i = 2 * p; i < 2 * p + 2; i++)
+            if (c->q[i].submits && map_doorbell(c, &c->q[i]))
+                return -1;
+        if (p == 0 && c->o.setup_gate && wait_gate(c))
             return -1;
     }
-    for (uint32_t i = 0; i < c->nqp; i++)
-        if (c->q[i].submits && map_doorbell(c, &c->q[i]))
-            return -1;
     return 0;
 }
 
@@ -835,7 +873,7 @@ int main(int argc, char **argv)
     struct gda_qp_view *views = NULL;
     uint32_t *view_qp = NULL, nthreads = 0;
     uint64_t *lat = NULL, nlat = 0;
-    gda_CUdeviceptr lat_dev = 0, views_dev = 0, cfg_dev = 0;
+    gda_CUdeviceptr lat_dev = 0, views_dev = 0, cfg_dev = 0, turn_dev = 0;
     if (parse_opts(argc, argv, &c.o))
         return 2;
     setvbuf(stdout, NULL, _IOFBF, 1 << 16);
@@ -865,7 +903,10 @@ int main(int argc, char **argv)
     nlat = (c.o.mode == GDA_MODE_LATENCY || c.o.mode == GDA_MODE_PINGPONG) ? c.o.n : 0;
     if (!views || !view_qp)
         goto out;
-    if (nlat && cu.MemAlloc(&lat_dev, nlat * 8))
+    /* one latency series per pair (its initiating thread's) */
+    if (nlat && cu.MemAlloc(&lat_dev, nlat * 8 * c.o.pairs))
+        goto out;
+    if (c.o.alternate && (cu.MemAlloc(&turn_dev, 8) || cu.MemcpyHtoD(turn_dev, &(uint64_t){0}, 8)))
         goto out;
     for (uint32_t i = 0; i < c.nqp; i++) {
         struct qp_res *r = &c.q[i], *peer = &c.q[i ^ 1];
@@ -885,13 +926,16 @@ int main(int argc, char **argv)
         v->lbuf = (uint8_t *)(uintptr_t)r->buf_dev;
         v->rbuf_nic = (uint64_t)(uintptr_t)peer->buf;
         if (nlat && v->role == 0)
-            v->lat = (uint64_t *)(uintptr_t)lat_dev;
+            v->lat = (uint64_t *)(uintptr_t)(lat_dev + (i / 2) * nlat * 8);
+        v->turn = nthreads;
         view_qp[nthreads++] = i;
     }
     struct gda_cfg cfg = {.mode = (uint32_t)c.o.mode, .kinds = c.o.kinds, .n = c.o.n, .batch = c.o.batch,
                           .warmup = c.o.warmup, .lat_kind = c.o.lat_kind, .slots_per_area = c.o.area,
                           .sig_every = c.o.sig_every, .inline_data = (uint32_t)c.o.inline_data,
-                          .timeout_ns = (uint64_t)(c.o.timeout_s * 1e9), .gap_ns = (uint64_t)(c.o.gap_us * 1e3)};
+                          .timeout_ns = (uint64_t)(c.o.timeout_s * 1e9), .gap_ns = (uint64_t)(c.o.gap_us * 1e3),
+                          .turns = c.o.alternate ? nthreads : 0,
+                          .turn_word = (volatile uint64_t *)(uintptr_t)turn_dev};
     if (cu.MemAlloc(&views_dev, nthreads * sizeof(*views)) || cu.MemAlloc(&cfg_dev, sizeof(cfg)) ||
         cu.MemcpyHtoD(views_dev, views, nthreads * sizeof(*views)) || cu.MemcpyHtoD(cfg_dev, &cfg, sizeof(cfg))) {
         fprintf(stderr, "gda_example: copying the queue views to the device failed\n");
@@ -910,8 +954,8 @@ int main(int argc, char **argv)
         goto out;
     }
     if (nlat) {
-        lat = calloc(nlat, 8);
-        if (!lat || cu.MemcpyDtoH(lat, lat_dev, nlat * 8))
+        lat = calloc(nlat * c.o.pairs, 8);
+        if (!lat || cu.MemcpyDtoH(lat, lat_dev, nlat * 8 * c.o.pairs))
             goto out;
     }
 
@@ -954,9 +998,16 @@ int main(int argc, char **argv)
         struct qp_res *r = &c.q[view_qp[t]], *peer = &c.q[view_qp[t] ^ 1];
         fprintf(js, "%s{\"qpn\":%u,\"peer_qpn\":%u,\"role\":%u,\"doorbells\":%" PRIu64 ",\"wqes\":%" PRIu64
                ",\"signaled\":%" PRIu64 ",\"cqes\":%" PRIu64 ",\"pi\":%u,\"lkey\":%u,\"rkey\":%u,\"lbuf\":%" PRIu64
-               ",\"rbuf\":%" PRIu64 ",\"uar_reg_addr\":%" PRIu64 ",\"db_dptr\":%" PRIu64 ",\"status\":%" PRIu64 "}",
+               ",\"rbuf\":%" PRIu64 ",\"uar_reg_addr\":%" PRIu64 ",\"db_dptr\":%" PRIu64 ",\"status\":%" PRIu64,
                t ? "," : "", r->qpn, peer->qpn, w->role, w->doorbells, w->wqes, w->signaled, w->cqes, w->sq.pi, w->lkey,
                w->rkey, w->lbuf_nic, w->rbuf_nic, (uint64_t)(uintptr_t)r->uar->reg_addr, (uint64_t)r->db, w->status);
+        if (nlat && statuses_ok && c.o.pairs > 1 && w->role == 0) { /* this pair's own series */
+            uint64_t *l = lat + (view_qp[t] / 2) * nlat;
+            qsort(l, nlat, 8, cmp_u64);
+            fprintf(js, ",\"latency_ns\":{\"n\":%" PRIu64 ",\"p50\":%" PRIu64 ",\"p99\":%" PRIu64 "}", nlat,
+                    l[nlat / 2], l[(nlat * 99) / 100 < nlat ? (nlat * 99) / 100 : nlat - 1]);
+        }
+        fprintf(js, "}");
         total_wqes += w->wqes;
         total_db += w->doorbells;
         if (w->t_start && w->t_start < t0)
@@ -968,6 +1019,7 @@ int main(int argc, char **argv)
     }
     fprintf(js, "]");
     if (nlat && statuses_ok) {
+        nlat *= c.o.pairs; /* every pair's samples together */
         qsort(lat, nlat, 8, cmp_u64);
         double sum = 0;
         for (uint64_t i = 0; i < nlat; i++)
@@ -1000,12 +1052,18 @@ out:
     free(lat);
     if (lat_dev)
         cu.MemFree(lat_dev);
+    if (turn_dev)
+        cu.MemFree(turn_dev);
     if (views_dev)
         cu.MemFree(views_dev);
     if (cfg_dev)
         cu.MemFree(cfg_dev);
     free(views);
     free(view_qp);
+    if (c.o.linger_s > 0) {
+        struct timespec ts = {(time_t)c.o.linger_s, (long)((c.o.linger_s - (time_t)c.o.linger_s) * 1e9)};
+        nanosleep(&ts, NULL);
+    }
     teardown(&c);
     return rc;
 }

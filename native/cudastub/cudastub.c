@@ -1,7 +1,8 @@
 /* cudastub: a test double of the CUDA driver (libcuda.so.1) for machines without a GPU.
  *
  * Host memory stands in for device memory: cuMemAlloc maps anonymous pages, copies are
- * memcpy, streams are handles and every operation completes before it returns.  What the
+ * memcpy, streams are handles and every operation completes before it returns, except what a
+ * stream holds behind cuStreamWaitValue32 (see "held operations" below).  What the
  * emulated NIC and GPU-initiated examples rely on behaves as the driver does on an H200:
  * pointer classification (cuPointerGetAttribute), cuMemHostRegister semantics (DEVICEMAP|
  * PORTABLE map ordinary memory, and the device pointer is the host address; IOMEMORY on
@@ -20,11 +21,13 @@
  * emulated NIC moved data with the driver's copies.
  */
 #include <pthread.h>
+#include <sched.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <time.h>
 #include <unistd.h>
 
 #ifdef CUDASTUB_WITH_CUDA_H
@@ -36,6 +39,7 @@ typedef int CUresult;
 typedef int CUdevice;
 typedef unsigned long long CUdeviceptr;
 typedef uint64_t cuuint64_t;
+typedef uint32_t cuuint32_t;
 typedef struct CUctx_st *CUcontext;
 typedef struct CUstream_st *CUstream;
 typedef unsigned int CUpointer_attribute;
@@ -59,6 +63,7 @@ typedef struct CUctxCreateParams_st CUctxCreateParams;
 #define E_INVALID_CONTEXT 201
 #define E_INVALID_HANDLE 400
 #define E_NOT_FOUND 500
+#define E_NOT_READY 600
 #define E_HOST_MEMORY_ALREADY_REGISTERED 712
 #define E_HOST_MEMORY_NOT_REGISTERED 713
 #define E_NOT_SUPPORTED 801
@@ -81,10 +86,14 @@ struct CUctx_st {
 	unsigned flags;
 };
 
+struct held_op;
 struct CUstream_st {
 	uint32_t magic;
 	unsigned flags;
 	CUcontext ctx;
+	struct held_op *held, *held_tail;	/* operations waiting behind a cuStreamWaitValue32 */
+	struct CUstream_st *next_held;		/* in the list of streams holding operations */
+	int destroyed;				/* cuStreamDestroy'd while holding: freed when drained */
 };
 
 enum { R_DEVICE = 1, R_HOST_REGISTERED, R_HOST_ALLOC };
@@ -520,10 +529,27 @@ static inline __attribute__((always_inline)) CUresult impl_cuCtxGetDevice(CUdevi
 	return OK;
 }
 
+static unsigned long run_held_all(void);
+
+/* Freeing memory synchronises with the device first, as the driver does (cuMemFree and friends
+ * wait for work in flight): held operations may still read what is freed. */
+static void wait_held_all(void)
+{
+	unsigned polls = 0;
+
+	while (run_held_all()) {
+		if (++polls & 63)
+			__builtin_ia32_pause();
+		else
+			sched_yield();
+	}
+}
+
 static inline __attribute__((always_inline)) CUresult impl_cuCtxSynchronize(void)
 {
 	REQUIRE_CTX();
-	return OK;	/* nothing is ever in flight */
+	wait_held_all();	/* only held operations are ever in flight */
+	return OK;
 }
 
 /* ---- memory ------------------------------------------------------------------------------------- */
@@ -566,6 +592,7 @@ static inline __attribute__((always_inline)) CUresult impl_cuMemFree_v2(CUdevice
 	struct range *r;
 
 	REQUIRE_INIT();
+	wait_held_all();
 	if (!dptr)
 		return OK;
 	pthread_mutex_lock(&g_lock);
@@ -636,6 +663,7 @@ static inline __attribute__((always_inline)) CUresult impl_cuMemFreeHost(void *p
 	struct range *r;
 
 	REQUIRE_INIT();
+	wait_held_all();
 	pthread_mutex_lock(&g_lock);
 	r = find_base((uintptr_t)p, R_HOST_ALLOC);
 	if (!r) {
@@ -694,6 +722,7 @@ static inline __attribute__((always_inline)) CUresult impl_cuMemHostUnregister(v
 	struct range *r;
 
 	REQUIRE_CTX();
+	wait_held_all();
 	pthread_mutex_lock(&g_lock);
 	r = find_base((uintptr_t)p, R_HOST_REGISTERED);
 	if (r)
@@ -922,9 +951,205 @@ static int valid_stream(CUstream s)
 	return !s || s == CU_STREAM_LEGACY || s == CU_STREAM_PER_THREAD || s->magic == STREAM_MAGIC;
 }
 
+/* ---- held operations ------------------------------------------------------------------------ *
+ * cuStreamWaitValue32 with a condition that does not hold yet makes its stream hold the wait and
+ * every later operation on it, in order, as a GPU's front end does; the word is host memory the
+ * device can reach (a caller's flag).  Held operations run when the condition holds: checked by
+ * every copy, synchronisation or query on any stream (so that a copy released by a store runs
+ * before the caller, typically the emulated NIC reading a queue, goes on) and by a worker thread
+ * that polls with a back-off, as the device would on its own.  Synchronising a stream whose
+ * wait never becomes true does not return, as on a GPU. */
+struct held_op {
+	int kind;			/* HELD_WAIT or HELD_COPY */
+	volatile uint32_t *word;	/* wait: the word, its value and condition */
+	uint32_t value;
+	unsigned cond;
+	void *dst;			/* copy */
+	const void *src;
+	size_t n;
+	void *staged;			/* a host source copied at enqueue (freed after) */
+	struct held_op *next;
+};
+enum { HELD_WAIT, HELD_COPY };
+enum { WAIT_GEQ = 0, WAIT_EQ = 1, WAIT_AND = 2, WAIT_NOR = 3, WAIT_FLUSH = 1u << 30 };
+
+static pthread_mutex_t g_held_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t g_held_cond = PTHREAD_COND_INITIALIZER;
+static struct CUstream_st *g_held_streams;
+static unsigned long g_n_held;		/* operations held, all streams (read without the lock) */
+static int g_worker;
+
+static int wait_done(const struct held_op *o)
+{
+	uint32_t v = __atomic_load_n(o->word, __ATOMIC_ACQUIRE);
+
+	switch (o->cond) {
+	case WAIT_EQ:
+		return v == o->value;
+	case WAIT_AND:
+		return (v & o->value) != 0;
+	case WAIT_NOR:
+		return ~(v | o->value) != 0;
+	default:
+		return (int32_t)(v - o->value) >= 0;	/* cyclic, as the driver documents */
+	}
+}
+
+/* Run what can run now; g_held_lock held.  Returns how many operations still wait. */
+static unsigned long run_held_locked(void)
+{
+	struct CUstream_st **link = &g_held_streams;
+
+	while (*link) {
+		struct CUstream_st *s = *link;
+
+		while (s->held && (s->held->kind == HELD_COPY || wait_done(s->held))) {
+			struct held_op *o = s->held;
+
+			if (o->kind == HELD_COPY)
+				memmove(o->dst, o->staged ? o->staged : o->src, o->n);
+			s->held = o->next;
+			free(o->staged);
+			free(o);
+			__atomic_fetch_sub(&g_n_held, 1, __ATOMIC_RELEASE);
+		}
+		if (s->held) {
+			link = &s->next_held;
+			continue;
+		}
+		s->held_tail = NULL;
+		*link = s->next_held;
+		s->next_held = NULL;
+		if (s->destroyed)
+			free(s);
+	}
+	return __atomic_load_n(&g_n_held, __ATOMIC_ACQUIRE);
+}
+
+static unsigned long run_held_all(void)
+{
+	unsigned long left;
+
+	pthread_mutex_lock(&g_held_lock);
+	left = run_held_locked();
+	pthread_mutex_unlock(&g_held_lock);
+	return left;
+}
+
+static void run_held(void)
+{
+	if (!__atomic_load_n(&g_n_held, __ATOMIC_ACQUIRE))
+		return;
+	pthread_mutex_lock(&g_held_lock);
+	run_held_locked();
+	pthread_mutex_unlock(&g_held_lock);
+}
+
+static void *held_worker(void *arg)
+{
+	unsigned polls = 0;
+
+	(void)arg;
+	pthread_mutex_lock(&g_held_lock);
+	for (;;) {
+		if (!run_held_locked()) {
+			polls = 0;
+			pthread_cond_wait(&g_held_cond, &g_held_lock);
+			continue;
+		}
+		pthread_mutex_unlock(&g_held_lock);
+		if (++polls < 64) {
+			__builtin_ia32_pause();
+		} else if (polls < 1024) {
+			sched_yield();
+		} else {
+			struct timespec t = {0, 20000};	/* a quiet flag: poll every 20 us */
+
+			nanosleep(&t, NULL);
+		}
+		pthread_mutex_lock(&g_held_lock);
+	}
+	return NULL;
+}
+
+/* Does stream s hold operations?  (Legacy / per-thread streams never do.) */
+static int stream_holds(CUstream s)
+{
+	int h;
+
+	if (!s || s == CU_STREAM_LEGACY || s == CU_STREAM_PER_THREAD)
+		return 0;
+	pthread_mutex_lock(&g_held_lock);
+	h = s->held != NULL;
+	pthread_mutex_unlock(&g_held_lock);
+	return h;
+}
+
+/* Append to a stream's held operations; g_held_lock held. */
+static void hold_locked(CUstream s, struct held_op *o)
+{
+	if (!s->held) {
+		s->held = o;
+		s->next_held = g_held_streams;
+		g_held_streams = s;
+	} else {
+		s->held_tail->next = o;
+	}
+	s->held_tail = o;
+	__atomic_fetch_add(&g_n_held, 1, __ATOMIC_RELEASE);
+	if (!g_worker) {
+		pthread_t t;
+		pthread_attr_t a;
+
+		pthread_attr_init(&a);
+		pthread_attr_setdetachstate(&a, PTHREAD_CREATE_DETACHED);
+		g_worker = pthread_create(&t, &a, held_worker, NULL) == 0;
+		pthread_attr_destroy(&a);
+	}
+	pthread_cond_signal(&g_held_cond);
+}
+
+/* An asynchronous copy on stream s: held if s holds operations (1), else 0 (run it now).
+ * A host source is staged, as the driver stages pageable memory. */
+static int copy_held(CUstream s, void *dst, const void *src, size_t n, int stage)
+{
+	struct held_op *o;
+	int held = 0;
+
+	if (!stream_holds(s))
+		return 0;
+	o = calloc(1, sizeof(*o));
+	if (!o)
+		return -1;
+	o->kind = HELD_COPY;
+	o->dst = dst;
+	o->src = src;
+	o->n = n;
+	if (stage && n) {
+		o->staged = malloc(n);
+		if (!o->staged) {
+			free(o);
+			return -1;
+		}
+		memcpy(o->staged, src, n);
+	}
+	pthread_mutex_lock(&g_held_lock);
+	if (s->held) {
+		hold_locked(s, o);
+		held = 1;
+	}
+	pthread_mutex_unlock(&g_held_lock);
+	if (!held) {	/* released meanwhile: run it now, in order */
+		free(o->staged);
+		free(o);
+	}
+	return held;
+}
+
 static inline __attribute__((always_inline)) CUresult htod(CUdeviceptr dst, const void *src, size_t n)
 {
 	REQUIRE_CTX();
+	run_held();
 	if (!n)
 		return OK;
 	if (!src || !device_span_ok(dst, n))
@@ -936,6 +1161,7 @@ static inline __attribute__((always_inline)) CUresult htod(CUdeviceptr dst, cons
 static inline __attribute__((always_inline)) CUresult dtoh(void *dst, CUdeviceptr src, size_t n)
 {
 	REQUIRE_CTX();
+	run_held();
 	if (!n)
 		return OK;
 	if (!dst || !device_span_ok(src, n))
@@ -947,6 +1173,7 @@ static inline __attribute__((always_inline)) CUresult dtoh(void *dst, CUdevicept
 static inline __attribute__((always_inline)) CUresult dtod(CUdeviceptr dst, CUdeviceptr src, size_t n)
 {
 	REQUIRE_CTX();
+	run_held();
 	if (!n)
 		return OK;
 	if (!device_span_ok(dst, n) || !device_span_ok(src, n))
@@ -994,28 +1221,55 @@ static inline __attribute__((always_inline)) CUresult impl_cuMemcpyDtoD_v2_ptds(
 static inline __attribute__((always_inline)) CUresult impl_cuMemcpyHtoDAsync_v2(CUdeviceptr dstDevice, const void *srcHost, size_t ByteCount,
 		CUstream hStream)
 {
+	int held;
+
 	STAT(S_HTOD_ASYNC);
 	if (!valid_stream(hStream))
 		return E_INVALID_HANDLE;
-	return htod(dstDevice, srcHost, ByteCount);
+	run_held();
+	REQUIRE_CTX();
+	if (ByteCount && (!srcHost || !device_span_ok(dstDevice, ByteCount)))
+		return E_INVALID_VALUE;
+	held = copy_held(hStream, (void *)(uintptr_t)dstDevice, srcHost, ByteCount, 1);
+	if (held < 0)
+		return E_OUT_OF_MEMORY;
+	return held ? OK : htod(dstDevice, srcHost, ByteCount);
 }
 
 static inline __attribute__((always_inline)) CUresult impl_cuMemcpyDtoHAsync_v2(void *dstHost, CUdeviceptr srcDevice, size_t ByteCount,
 		CUstream hStream)
 {
+	int held;
+
 	STAT(S_DTOH_ASYNC);
 	if (!valid_stream(hStream))
 		return E_INVALID_HANDLE;
-	return dtoh(dstHost, srcDevice, ByteCount);
+	run_held();
+	REQUIRE_CTX();
+	if (ByteCount && (!dstHost || !device_span_ok(srcDevice, ByteCount)))
+		return E_INVALID_VALUE;
+	held = copy_held(hStream, dstHost, (const void *)(uintptr_t)srcDevice, ByteCount, 0);
+	if (held < 0)
+		return E_OUT_OF_MEMORY;
+	return held ? OK : dtoh(dstHost, srcDevice, ByteCount);
 }
 
 static inline __attribute__((always_inline)) CUresult impl_cuMemcpyDtoDAsync_v2(CUdeviceptr dstDevice, CUdeviceptr srcDevice, size_t ByteCount,
 		CUstream hStream)
 {
+	int held;
+
 	STAT(S_DTOD_ASYNC);
 	if (!valid_stream(hStream))
 		return E_INVALID_HANDLE;
-	return dtod(dstDevice, srcDevice, ByteCount);
+	run_held();
+	REQUIRE_CTX();
+	if (ByteCount && (!device_span_ok(dstDevice, ByteCount) || !device_span_ok(srcDevice, ByteCount)))
+		return E_INVALID_VALUE;
+	held = copy_held(hStream, (void *)(uintptr_t)dstDevice, (const void *)(uintptr_t)srcDevice, ByteCount, 0);
+	if (held < 0)
+		return E_OUT_OF_MEMORY;
+	return held ? OK : dtod(dstDevice, srcDevice, ByteCount);
 }
 
 static inline __attribute__((always_inline)) CUresult impl_cuMemcpyHtoDAsync_v2_ptsz(CUdeviceptr dstDevice, const void *srcHost,
@@ -1088,9 +1342,60 @@ static inline __attribute__((always_inline)) CUresult impl_cuStreamCreate(CUstre
 
 static inline __attribute__((always_inline)) CUresult impl_cuStreamSynchronize(CUstream hStream)
 {
+	unsigned polls = 0;
+
 	STAT(S_STREAM_SYNC);
 	REQUIRE_CTX();
-	return valid_stream(hStream) ? OK : E_INVALID_HANDLE;
+	if (!valid_stream(hStream))
+		return E_INVALID_HANDLE;
+	for (;;) {
+		run_held();
+		if (!stream_holds(hStream))
+			return OK;
+		if (++polls & 63)
+			__builtin_ia32_pause();
+		else
+			sched_yield();
+	}
+}
+
+/* cuStreamWaitValue32: held operations (above).  Flags: the wait type (GEQ, EQ, AND, NOR),
+ * optionally with CU_STREAM_WAIT_VALUE_FLUSH (nothing to flush here). */
+static inline __attribute__((always_inline)) CUresult impl_cuStreamWaitValue32_v2(CUstream stream, CUdeviceptr addr, cuuint32_t value,
+		unsigned int flags)
+{
+	struct held_op *o;
+
+	REQUIRE_CTX();
+	if (!valid_stream(stream))
+		return E_INVALID_HANDLE;
+	if ((addr & 3) || !device_span_ok(addr, 4) || (flags & ~(unsigned)WAIT_FLUSH) > WAIT_NOR)
+		return E_INVALID_VALUE;
+	if (!stream || stream == CU_STREAM_LEGACY || stream == CU_STREAM_PER_THREAD)
+		return E_NOT_SUPPORTED;	/* the stand-in holds only streams it created */
+	run_held();
+	o = calloc(1, sizeof(*o));
+	if (!o)
+		return E_OUT_OF_MEMORY;
+	o->kind = HELD_WAIT;
+	o->word = (volatile uint32_t *)(uintptr_t)addr;
+	o->value = value;
+	o->cond = flags & ~(unsigned)WAIT_FLUSH;
+	pthread_mutex_lock(&g_held_lock);
+	if (!stream->held && wait_done(o)) {
+		pthread_mutex_unlock(&g_held_lock);
+		free(o);
+		return OK;
+	}
+	hold_locked(stream, o);
+	pthread_mutex_unlock(&g_held_lock);
+	return OK;
+}
+
+static inline __attribute__((always_inline)) CUresult impl_cuStreamWaitValue32_v2_ptsz(CUstream stream, CUdeviceptr addr, cuuint32_t value,
+		unsigned int flags)
+{
+	return impl_cuStreamWaitValue32_v2(stream, addr, value, flags);
 }
 
 static inline __attribute__((always_inline)) CUresult impl_cuStreamSynchronize_ptsz(CUstream hStream)
@@ -1101,7 +1406,10 @@ static inline __attribute__((always_inline)) CUresult impl_cuStreamSynchronize_p
 static inline __attribute__((always_inline)) CUresult impl_cuStreamQuery(CUstream hStream)
 {
 	REQUIRE_CTX();
-	return valid_stream(hStream) ? OK : E_INVALID_HANDLE;
+	if (!valid_stream(hStream))
+		return E_INVALID_HANDLE;
+	run_held();
+	return stream_holds(hStream) ? E_NOT_READY : OK;
 }
 
 static inline __attribute__((always_inline)) CUresult impl_cuStreamQuery_ptsz(CUstream hStream)
@@ -1116,6 +1424,12 @@ static inline __attribute__((always_inline)) CUresult impl_cuStreamDestroy_v2(CU
 	    hStream->magic != STREAM_MAGIC)
 		return E_INVALID_HANDLE;
 	hStream->magic = 0;
+	pthread_mutex_lock(&g_held_lock);
+	if (hStream->held) {	/* as the driver: returns now, resources go once the work is done */
+		hStream->destroyed = 1;
+		hStream = NULL;
+	}
+	pthread_mutex_unlock(&g_held_lock);
 	free(hStream);
 	return OK;
 }
@@ -1228,6 +1542,8 @@ static const struct proc g_procs[] = {
 	R("cuStreamCreate", 2000, cuStreamCreate),
 	RS("cuStreamSynchronize", 2000, cuStreamSynchronize, cuStreamSynchronize_ptsz),
 	RS("cuStreamQuery", 2000, cuStreamQuery, cuStreamQuery_ptsz),
+	RS("cuStreamWaitValue32", 11070, cuStreamWaitValue32_v2, cuStreamWaitValue32_v2_ptsz),
+	RS("cuStreamWaitValue32", 8000, cuStreamWaitValue32_v2, cuStreamWaitValue32_v2_ptsz),
 	R("cuStreamDestroy", 4000, cuStreamDestroy_v2),
 	R("cuStreamDestroy", 2000, cuStreamDestroy),
 	R("cuGetErrorString", 6000, cuGetErrorString),
@@ -1574,6 +1890,21 @@ EXPORT CUresult CUDAAPI cuStreamQuery(CUstream hStream)
 EXPORT CUresult CUDAAPI cuStreamQuery_ptsz(CUstream hStream)
 {
 	return impl_cuStreamQuery_ptsz(hStream);
+}
+
+EXPORT CUresult CUDAAPI cuStreamWaitValue32(CUstream stream, CUdeviceptr addr, cuuint32_t value, unsigned int flags)
+{
+	return impl_cuStreamWaitValue32_v2(stream, addr, value, flags);
+}
+
+EXPORT CUresult CUDAAPI cuStreamWaitValue32_ptsz(CUstream stream, CUdeviceptr addr, cuuint32_t value, unsigned int flags)
+{
+	return impl_cuStreamWaitValue32_v2_ptsz(stream, addr, value, flags);
+}
+
+EXPORT CUresult CUDAAPI cuStreamWaitValue32_v2(CUstream stream, CUdeviceptr addr, cuuint32_t value, unsigned int flags)
+{
+	return impl_cuStreamWaitValue32_v2(stream, addr, value, flags);
 }
 
 EXPORT CUresult CUDAAPI cuStreamDestroy_v2(CUstream hStream)

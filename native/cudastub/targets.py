@@ -3,7 +3,7 @@
 # sigmatrace.simnic.environment(cuda_stub=True)); it exports `sigmatrace_cudastub`.
 TARGETS = [
     Target(
-        out="cudastub/libcuda.so.1",
+        out="cudastub/libcuda.so.1.0.0-cudastub",
         sources=["native/cudastub/cudastub.c"],
         # distinct entry points with room for a hook's jump each, as the real driver's have;
         # no export may begin with a jump to the internal entry point cuGetProcAddress hands
@@ -12,6 +12,7 @@ TARGETS = [
                 "-fno-optimize-sibling-calls"],
         ldflags=["-pthread"],
         soname="libcuda.so.1",
-        links=["libcuda.so"],
+        # like the driver's libcuda.so.<version>: the SONAME is a link to the file
+        links=["libcuda.so.1", "libcuda.so"],
     ),
 ]

@@ -40,6 +40,7 @@ enum {
     CU_MEMORYTYPE_DEVICE = 2,
     CU_MEMORYTYPE_UNIFIED = 4,
     CU_STREAM_NON_BLOCKING = 1,
+    CU_STREAM_WAIT_VALUE_GEQ = 0,
 };
 
 /* ---- the real driver ------------------------------------------------------------------------ */
@@ -56,6 +57,7 @@ static struct {
     CUresult (*MemHostRegister)(void *, size_t, unsigned);                 /* export, if not replaced */
     CUresult (*MemHostUnregister)(void *);                                 /* export, if not replaced */
     CUresult (*GetErrorString)(CUresult, const char **);
+    CUresult (*StreamWaitValue32)(CUstream, CUdeviceptr, uint32_t, unsigned); /* may be absent */
 } drv;
 static pthread_mutex_t drv_lock = PTHREAD_MUTEX_INITIALIZER;
 
@@ -76,6 +78,7 @@ static void drv_load(void)
     SYM(MemHostRegister, "cuMemHostRegister_v2");
     SYM(MemHostUnregister, "cuMemHostUnregister");
     SYM(GetErrorString, "cuGetErrorString");
+    SYM(StreamWaitValue32, "cuStreamWaitValue32_v2");
 #undef SYM
     __atomic_store_n(&drv.lib, h, __ATOMIC_RELEASE);
 }
@@ -180,6 +183,12 @@ struct cuda_copier {
     CUcontext ctx;
     CUstream stream;
     int broken;
+    /* armed copies: the stream waits until *flag - seq >= 0 (cyclic), then copies */
+    volatile uint32_t *flag;   /* pinned, mapped for the device */
+    CUdeviceptr flag_dptr;
+    uint32_t seq;              /* value the pending hold waits for */
+    uint64_t hold, holds;      /* pending hold's number (0: none); holds made */
+    int no_arm;                /* the driver cannot (stream memory operations refused) */
 };
 
 static __thread CUcontext tls_ctx;
@@ -208,11 +217,21 @@ static int copier_enter(struct cuda_copier *c)
     return 0;
 }
 
+/* Let the stream run past the pending hold: one store the device reads. */
+static void release_hold(struct cuda_copier *c)
+{
+    if (!c->hold)
+        return;
+    __atomic_store_n(c->flag, c->seq, __ATOMIC_RELEASE);
+    c->hold = 0;
+}
+
 static int cuda_copy(struct db_copier *b, void *dst, uint64_t src, size_t n)
 {
     struct cuda_copier *c = (struct cuda_copier *)b;
     if (copier_enter(c))
         return -1;
+    release_hold(c);
     return drv.MemcpyDtoHAsync(dst, src, n, c->stream) == CUDA_SUCCESS ? 0 : -1;
 }
 
@@ -221,7 +240,51 @@ static int cuda_sync(struct db_copier *b)
     struct cuda_copier *c = (struct cuda_copier *)b;
     if (copier_enter(c))
         return -1;
+    release_hold(c);
     return drv.StreamSynchronize(c->stream) == CUDA_SUCCESS ? 0 : -1;
+}
+
+static uint64_t cuda_arm(struct db_copier *b, void *const dst[2], const uint64_t src[2], const size_t n[2], int nseg)
+{
+    struct cuda_copier *c = (struct cuda_copier *)b;
+    if (c->no_arm || !drv.StreamWaitValue32 || copier_enter(c))
+        return 0;
+    release_hold(c);
+    if (!c->flag) {
+        CUresult r;
+        void *h = pinned(4096, CU_MEMHOSTALLOC_PORTABLE | CU_MEMHOSTALLOC_DEVICEMAP, &r);
+        CUdeviceptr d = 0;
+        if (!h || real_device_pointer(&d, h) != CUDA_SUCCESS) {
+            c->no_arm = 1; /* copies are then enqueued at each doorbell, as without arming */
+            return 0;
+        }
+        c->flag = h;
+        c->flag_dptr = d;
+    }
+    uint32_t want = c->seq + 1;
+    CUresult r = drv.StreamWaitValue32(c->stream, c->flag_dptr, want, CU_STREAM_WAIT_VALUE_GEQ);
+    if (r != CUDA_SUCCESS) {
+        c->no_arm = 1;
+        db_cold("\"ev\":\"wqe_copy_arming\",\"available\":false,\"why\":\"cuStreamWaitValue32: %s\"", cu_err(r));
+        return 0;
+    }
+    c->seq = want;
+    c->hold = ++c->holds;
+    for (int i = 0; i < nseg; i++)
+        if (drv.MemcpyDtoHAsync(dst[i], src[i], n[i], c->stream) != CUDA_SUCCESS) {
+            release_hold(c);
+            return 0;
+        }
+    return c->hold;
+}
+
+static int cuda_fire(struct db_copier *b, uint64_t id)
+{
+    struct cuda_copier *c = (struct cuda_copier *)b;
+    if (!id || c->hold != id)
+        return 0;
+    release_hold(c);
+    return 1;
 }
 
 static struct db_copier *make_gpu_copier(void *owner, void *cuctx)
@@ -236,7 +299,7 @@ static struct db_copier *make_gpu_copier(void *owner, void *cuctx)
     struct cuda_copier *c = calloc(1, sizeof(*c));
     if (!c)
         return NULL;
-    c->base = (struct db_copier){cuda_copy, cuda_sync, 1};
+    c->base = (struct db_copier){cuda_copy, cuda_sync, 1, cuda_arm, cuda_fire};
     c->ctx = cuctx;
     return &c->base;
 }

@@ -542,23 +542,29 @@ __attribute__((constructor)) static void devx_state_init(void) { db_set_qp_resol
 DB_EXPORT int st_devx_scan_preexisting(void)
 {
     FILE *f = fopen("/proc/self/maps", "r");
-    if (!f)
+    if (!f) {
+        db_cold("\"ev\":\"uar_scan\",\"error\":\"cannot read /proc/self/maps\"");
         return -1;
+    }
     char line[4096];
-    int n = 0;
+    int n = 0, lines = 0, candidates = 0, known_n = 0;
     while (fgets(line, sizeof(line), f)) {
         unsigned long lo, hi;
         char path[2048] = "";
+        lines++;
         if (sscanf(line, "%lx-%lx %*s %*s %*s %*s %2047[^\n]", &lo, &hi, path) < 2)
             continue;
         if (!strstr(path, "/dev/infiniband/uverbs") && !strstr(path, "simnic-uar"))
             continue;
+        candidates++;
         devx_lock();
         struct devx_uar_view v;
         int known = devx_uar_find(lo, hi - lo, &v) >= 0;
         devx_unlock();
-        if (known)
+        if (known) {
+            known_n++;
             continue;
+        }
         for (unsigned long p = lo; p < hi; p += 4096) {
             db_cold("\"ev\":\"uar_unwatched\",\"reg_addr\":%lu,\"why\":\"mapped before attach\",\"path\":\"%s\"",
                     p + 0x800, path);
@@ -566,5 +572,8 @@ DB_EXPORT int st_devx_scan_preexisting(void)
         }
     }
     fclose(f);
+    /* what the scan saw, so that a page it did not name can be explained */
+    db_cold("\"ev\":\"uar_scan\",\"lines\":%d,\"doorbell_mappings\":%d,\"known\":%d,\"unwatched_pages\":%d",
+            lines, candidates, known_n, n);
     return n;
 }

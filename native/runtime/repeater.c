@@ -102,8 +102,9 @@ void db_params_load(struct db_params *p, int mode)
     memset(p, 0, sizeof(*p));
     p->mode = mode;
     p->wqe_batch = cfg_u32("wqe_batch", 128);
-    p->copy_before_forward = (int)cfg_u32("wqe_copy_before_forward", 1);
     p->copy_chunk = cfg_u32("wqe_copy_chunk", 1);
+    p->arm_blocks = cfg_u32("wqe_arm_blocks", 0); /* off: docs/doorbells.md, "Armed copies" */
+    p->arm_hold_us = cfg_u32("wqe_arm_hold_us", 50);
     p->spin_us = cfg_u32("repeater_spin_us", 200);
     p->pause_us = cfg_u32("repeater_pause_us", 2000);
     p->sleep_us = cfg_u32("repeater_sleep_us", 5);
@@ -113,6 +114,23 @@ void db_params_load(struct db_params *p, int mode)
     long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
     /* on a machine with few cores a spinning repeater must let the application's threads run */
     p->yield_while_spinning = (int)cfg_u32("repeater_yield", ncpu > 0 && ncpu <= 4 ? 1 : 0);
+    const char *order = db_config("wqe_copy_order"), *legacy = db_config("wqe_copy_before_forward");
+    /* adaptive, except where the repeater shares few cores with the program: there a quiet page
+     * says the producer was not scheduled, not that it waits for completions */
+    p->copy_order = p->yield_while_spinning ? DB_COPY_BEFORE : DB_COPY_ADAPTIVE;
+    if (legacy && *legacy)
+        p->copy_order = strcmp(legacy, "0") ? DB_COPY_BEFORE : DB_COPY_AFTER;
+    if (order && *order) {
+        if (!strcmp(order, "before"))
+            p->copy_order = DB_COPY_BEFORE;
+        else if (!strcmp(order, "after"))
+            p->copy_order = DB_COPY_AFTER;
+        else if (!strcmp(order, "adaptive"))
+            p->copy_order = DB_COPY_ADAPTIVE;
+        else
+            db_error("repeater", "wqe_copy_order=%s is not adaptive, before or after; the default stays", order);
+    }
+    p->quiet_us = cfg_u32("wqe_copy_after_quiet_us", 1);
     const char *cpus = db_config("repeater_cpus");
     if (cpus && *cpus) {
         p->n_cpus = db_parse_cpus(cpus, p->cpus, DB_MAX_THREADS);
@@ -269,6 +287,7 @@ static void prepare_recovery(struct db_page *pg, struct db_qp *q)
     q->rec.copy_chunk = pg->thread->p.copy_chunk < 1 ? 1 : pg->thread->p.copy_chunk;
     if (q->rec.copy_chunk > q->rec.threshold)
         q->rec.copy_chunk = q->rec.threshold;
+    q->rec.arm_blocks = pg->thread->p.arm_blocks;
     q->rec.copies = &pg->live->copies;
     q->rec.syncs = &pg->live->syncs;
     /* recovery starts at the producer index the QP has now */
@@ -286,6 +305,17 @@ static void recover_blocks(struct db_page *pg, struct db_qp *q, uint64_t delta, 
         wqe_rec_announce(&q->rec, q->pi + delta, ts);
     else
         record_loss(q, q->pi, delta, ts);
+}
+
+/* Copy the `delta` blocks this doorbell announces after forwarding it?  (See DB_COPY_*.)  In the
+ * adaptive order only when the page was quiet before it and it announces a few blocks: a
+ * doorbell covering many (coalesced, or a large batch) says the producer is running ahead. */
+static int copy_after(const struct db_rthread *T, const struct db_page *pg, const struct db_qp *q, uint64_t delta)
+{
+    if (T->p.copy_order != DB_COPY_ADAPTIVE)
+        return T->p.copy_order == DB_COPY_AFTER;
+    uint64_t few = q->slots / 16 > 1 ? q->slots / 16 : 1;
+    return delta <= few && pg->quiet_since && mono_ns() - pg->quiet_since >= (uint64_t)T->p.quiet_us * 1000;
 }
 
 static void on_doorbell(struct db_rthread *T, struct db_page *pg, uint64_t raw, uint64_t ts)
@@ -309,11 +339,11 @@ static void on_doorbell(struct db_rthread *T, struct db_page *pg, uint64_t raw, 
         }
         delta = d;
     }
-    /* WQE recovery copies the newly announced blocks before the forward (the paper's order: the
-     * GPU can reuse a slot only after the NIC completed it); wqe_copy_before_forward=0 forwards
-     * first (docs/doorbells.md measures both) */
+    /* WQE recovery copies the newly announced blocks before or after the forward (DB_COPY_*) */
     int recover = q && delta && T->p.mode == ST_DB_WQE && db_thread_recording();
-    if (recover && T->p.copy_before_forward)
+    int after = recover && copy_after(T, pg, q, delta);
+    pg->quiet_since = 0;
+    if (recover && !after)
         recover_blocks(pg, q, delta, ts);
     /* forward: one 64-bit store, then make it leave the write-combining buffer */
     __atomic_store_n(pg->target, raw, __ATOMIC_RELAXED);
@@ -338,8 +368,12 @@ static void on_doorbell(struct db_rthread *T, struct db_page *pg, uint64_t raw, 
         r.aux32 = v.next;
         db_emit(&r);
     }
-    if (recover && !T->p.copy_before_forward)
+    if (after) {
         recover_blocks(pg, q, delta, ts);
+        q->copied_after++;
+    }
+    if (recover && q->rec_state == 1 && q->rec.arm_blocks)
+        pg->arm_q = q; /* armed on the first pass that finds no doorbell */
     if (q) {
         q->pi += delta;
         q->live->doorbells++;
@@ -417,32 +451,77 @@ static void report_stats(struct db_rthread *T, uint64_t started)
 {
     struct timespec cpu;
     clock_gettime(CLOCK_THREAD_CPUTIME_ID, &cpu);
-    uint64_t spins = 0, backoffs = 0, sleeps = 0, doorbells = 0;
+    uint64_t spins = 0, backoffs = 0, sleeps = 0, doorbells = 0, armed_used = 0, copied_after = 0;
     uint32_t n = __atomic_load_n(&T->n_pages, __ATOMIC_ACQUIRE);
-    for (uint32_t i = 0; i < n; i++)
-        doorbells += T->pages[i]->live->doorbells;
+    for (uint32_t i = 0; i < n; i++) {
+        struct db_page *pg = T->pages[i];
+        doorbells += pg->live->doorbells;
+        uint32_t nq = __atomic_load_n(&pg->n_qps, __ATOMIC_ACQUIRE);
+        for (uint32_t k = 0; k < nq; k++)
+            if (pg->qps[k] && pg->qps[k]->rec_state >= 1) {
+                armed_used += pg->qps[k]->rec.armed_used;
+                copied_after += pg->qps[k]->copied_after;
+            }
+    }
     if (n) { /* thread counters are added to each of its pages: take one */
         spins = T->pages[0]->live->spins;
         backoffs = T->pages[0]->live->backoffs;
         sleeps = T->pages[0]->live->sleeps;
     }
     db_cold("\"ev\":\"repeater_stats\",\"thread\":%d,\"cpu\":%d,\"pages\":%u,\"doorbells\":%llu,\"cpu_ns\":%llu,"
-            "\"wall_ns\":%llu,\"spins\":%llu,\"backoffs\":%llu,\"sleeps\":%llu",
+            "\"wall_ns\":%llu,\"spins\":%llu,\"backoffs\":%llu,\"sleeps\":%llu,\"armed_copies\":%llu,"
+            "\"copied_after_forward\":%llu",
             T->id, T->cpu, n, (unsigned long long)doorbells,
             (unsigned long long)cpu.tv_sec * 1000000000ull + (unsigned long long)cpu.tv_nsec,
             (unsigned long long)(mono_ns() - started), (unsigned long long)spins, (unsigned long long)backoffs,
-            (unsigned long long)sleeps);
+            (unsigned long long)sleeps, (unsigned long long)armed_used, (unsigned long long)copied_after);
 }
 
 /* Handle the page's doorbell word if it changed since we last saw it; 1 if it had. */
 static int take_doorbell(struct db_rthread *T, struct db_page *pg)
 {
     uint64_t v = __atomic_load_n(&pg->watch[0], __ATOMIC_RELAXED);
-    if (v == pg->last[0])
+    if (v == pg->last[0]) {
+        if (!pg->quiet_since && T->p.copy_order == DB_COPY_ADAPTIVE)
+            pg->quiet_since = mono_ns();
         return 0;
+    }
     on_doorbell(T, pg, v, db_now());
     forward_other_words(pg);
     return 1;
+}
+
+/* A pass found no doorbell: prepare the next copy of each page's last QP (a few microseconds
+ * of driver calls spent now, not on the next doorbell's path). */
+static void arm_quiet_pages(struct db_rthread *T, uint32_t n)
+{
+    for (uint32_t i = 0; i < n; i++) {
+        struct db_page *pg = T->pages[i];
+        struct db_qp *q = pg->arm_q;
+        if (!q)
+            continue;
+        pg->arm_q = NULL;
+        if (pg->armed_q && pg->armed_q != q && pg->armed_q->rec_state == 1)
+            wqe_rec_disarm(&pg->armed_q->rec); /* one hold per page's stream at a time */
+        if (!pg->stopped && !q->dead && q->rec_state == 1 && db_thread_recording() && wqe_rec_arm(&q->rec)) {
+            pg->armed_q = q;
+            pg->armed_ns = mono_ns();
+        }
+    }
+}
+
+/* Armed copies no doorbell came for within arm_hold_us are released. */
+static void expire_armed(struct db_rthread *T, uint32_t n, uint64_t now)
+{
+    for (uint32_t i = 0; i < n; i++) {
+        struct db_page *pg = T->pages[i];
+        struct db_qp *q = pg->armed_q;
+        if (!q || now - pg->armed_ns < (uint64_t)T->p.arm_hold_us * 1000)
+            continue;
+        pg->armed_q = NULL;
+        if (q->rec_state == 1)
+            wqe_rec_disarm(&q->rec);
+    }
 }
 
 static void *rthread_main(void *arg)
@@ -487,6 +566,8 @@ static void *rthread_main(void *arg)
         } else if (tls_muted && !db_recording()) {
             tls_muted = 0;
         }
+        if (!busy)
+            arm_quiet_pages(T, n);
         if (busy) {
             polls = 0;
             flushed = 0;
@@ -502,7 +583,8 @@ static void *rthread_main(void *arg)
         for (uint32_t i = 0; i < n; i++)
             if (!T->pages[i]->stopped)
                 forward_other_words(T->pages[i]);
-        uint64_t idle = mono_ns() - last_active;
+        uint64_t now = mono_ns(), idle = now - last_active;
+        expire_armed(T, n, now);
         if (idle < spin_ns) {
             set_state(T, ST_REP_SPINNING);
             add_counter(T, offsetof(struct st_live_repeater, spins), 64);

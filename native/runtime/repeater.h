@@ -50,7 +50,16 @@ struct db_qp {
     uint8_t *mirror;
     struct db_copier *mirror_cp; /* who allocated the mirror */
     int repeater;          /* page index, -1 while on none */
+    uint64_t copied_after; /* doorbells whose blocks were copied after their forward */
 };
+
+/* When a doorbell's newly announced blocks are copied, relative to forwarding it.  Before: the
+ * NIC cannot complete, so the GPU cannot reuse, a slot whose copy is not yet enqueued.  After:
+ * the copy's ~1.5 us enqueue leaves the doorbell's path, and a repeater stalled between the two
+ * can let a producer running ahead overwrite slots (counted as lost).  Adaptive (default): after
+ * for a doorbell that follows a quiet spell (a latency-bound producer waits for completions),
+ * before while doorbells stream in. */
+enum { DB_COPY_ADAPTIVE = 0, DB_COPY_BEFORE = 1, DB_COPY_AFTER = 2 };
 
 /* Copiers can also provide the host memory copies land in (pinned for CUDA). */
 struct db_copier_ops {
@@ -75,15 +84,24 @@ struct db_page {
     struct db_rthread *thread;
     void *cuctx;               /* CUDA context the page was handed out in (for copies) */
     struct db_copier *gpu_cp;  /* made by the page's thread on first need */
+    struct db_qp *arm_q;       /* rang last: arm its next copy once the page is quiet */
+    struct db_qp *armed_q;     /* holds an armed copy since armed_ns */
+    uint64_t armed_ns;
+    uint64_t quiet_since;      /* first poll that found no new doorbell since the last (ns), 0: none */
     volatile int stop_req, stopped;
 };
 
 struct db_params {
     int mode;                  /* ST_DB_FORWARD or ST_DB_WQE */
     uint32_t wqe_batch;        /* batch threshold in blocks (clamped to half of each ring) */
-    int copy_before_forward;   /* 1 (default): enqueue the copy (and sync at the threshold) before forwarding */
+    int copy_order;            /* DB_COPY_*: when a doorbell's blocks are copied, against its forward */
+    uint32_t quiet_us;         /* adaptive order: after the forward only when the page was quiet this long */
     uint32_t copy_chunk;       /* copy once this many blocks wait uncopied (default 1: on every doorbell,
                                   so no producer index is forwarded before its blocks were copied) */
+    uint32_t arm_blocks;       /* queues in GPU memory: while quiet, arm a copy of this many blocks
+                                  that the next doorbell fires with one store (0, the default: off) */
+    uint32_t arm_hold_us;      /* release an armed copy no doorbell fired after this long: a held
+                                  stream delays the program's device-wide synchronisations */
     uint32_t threads;          /* most repeater threads */
     uint32_t spin_us, pause_us, sleep_us, max_sleep_us;
     int yield_while_spinning;  /* sched_yield every 64 polls while spinning (few cores) */
@@ -91,8 +109,9 @@ struct db_params {
     int n_cpus;
 };
 
-/* Defaults, then configuration keys (db_config): wqe_batch, wqe_copy_before_forward,
- * wqe_copy_chunk, repeater_threads, repeater_cpus,
+/* Defaults, then configuration keys (db_config): wqe_batch, wqe_copy_order (adaptive | before |
+ * after; the older wqe_copy_before_forward=1|0 means before|after), wqe_copy_after_quiet_us,
+ * wqe_copy_chunk, wqe_arm_blocks, wqe_arm_hold_us, repeater_threads, repeater_cpus,
  * repeater_spin_us, repeater_pause_us, repeater_sleep_us, repeater_max_sleep_us,
  * repeater_yield. */
 void db_params_load(struct db_params *p, int mode);

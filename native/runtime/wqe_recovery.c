@@ -18,7 +18,7 @@ static int host_sync(struct db_copier *c)
     (void)c;
     return 0;
 }
-struct db_copier db_host_copier = {host_copy, host_sync, 0};
+struct db_copier db_host_copier = {host_copy, host_sync, 0, NULL, NULL};
 
 int wqe_rec_init(struct wqe_rec *r, uint32_t qpn, int st, uint32_t slots, uint64_t sq_addr,
                  uint8_t *mirror, struct db_copier *cp, uint32_t threshold,
@@ -228,10 +228,65 @@ static void parse_upto(struct wqe_rec *r, uint64_t upto)
     q_drop_upto(r, upto);
 }
 
+/* Release an armed copy.  If it was still ours to fire and starts where the copies stand, the
+ * blocks it covers up to `pi` count as copied (beyond `pi` it copied blocks nobody announced
+ * yet: they are copied again when they are). */
+static void fire_armed(struct wqe_rec *r, uint64_t pi)
+{
+    if (!r->arm_id)
+        return;
+    int ours = r->cp->fire(r->cp, r->arm_id);
+    r->arm_id = 0;
+    if (ours && r->copied == r->arm_from && pi > r->copied) {
+        r->copied = pi < r->arm_to ? pi : r->arm_to;
+        (*r->copies)++;
+        r->armed_used++;
+    }
+}
+
+void wqe_rec_disarm(struct wqe_rec *r)
+{
+    if (r->arm_id) {
+        r->cp->fire(r->cp, r->arm_id);
+        r->arm_id = 0;
+    }
+}
+
+int wqe_rec_arm(struct wqe_rec *r)
+{
+    if (r->arm_id || !r->arm_blocks || !r->cp->arm || r->copied != r->pi)
+        return 0;
+    /* mirror slots [copied, copied + n) must not hold blocks still to parse */
+    uint64_t room = r->slots - (r->copied - r->parsed), n = r->arm_blocks < room ? r->arm_blocks : room;
+    if (!n)
+        return 0;
+    void *dst[2];
+    uint64_t src[2];
+    size_t len[2];
+    int nseg = 0;
+    for (uint64_t from = r->copied, to = r->copied + n; from < to && nseg < 2; nseg++) {
+        uint32_t slot = (uint32_t)(from & (r->slots - 1));
+        uint64_t k = to - from < r->slots - slot ? to - from : r->slots - slot;
+        size_t off = (size_t)slot << MLX5_BB_SHIFT;
+        dst[nseg] = r->mirror + off;
+        src[nseg] = r->sq_addr + off;
+        len[nseg] = (size_t)k << MLX5_BB_SHIFT;
+        from += k;
+    }
+    uint64_t id = r->cp->arm(r->cp, dst, src, len, nseg);
+    if (!id)
+        return 0;
+    r->arm_id = id;
+    r->arm_from = r->copied;
+    r->arm_to = r->copied + n;
+    return 1;
+}
+
 int wqe_rec_announce(struct wqe_rec *r, uint64_t pi, uint64_t ts)
 {
     if (pi <= r->pi)
         return 0;
+    fire_armed(r, pi);
     if (r->q_len == r->q_cap) /* cannot happen while threshold holds; keep the queue bounded */
         wqe_rec_flush(r);
     if (pi - r->parsed > r->slots) {
@@ -267,6 +322,7 @@ int wqe_rec_announce(struct wqe_rec *r, uint64_t pi, uint64_t ts)
 
 void wqe_rec_flush(struct wqe_rec *r)
 {
+    fire_armed(r, r->pi);
     if (r->parsed == r->pi)
         return;
     if (r->copied < r->pi) {

@@ -26,6 +26,14 @@ struct db_copier {
     /* Wait until every copy made so far has landed.  0, or -1 on failure. */
     int (*sync)(struct db_copier *c);
     int async; /* nonzero: copies land only by sync */
+    /* Optional (NULL: not possible).  arm() enqueues copies that wait in the copier's stream
+     * behind a flag until fire() stores it: prepared while the queue is quiet, they turn the
+     * next doorbell's copy into one store.  Returns the hold's number, or 0 if nothing was
+     * armed.  Any other copy or sync releases a pending hold first (the stream never stays
+     * blocked behind it).  fire(id) releases hold `id`; 1 if it was still pending, 0 if
+     * something released it earlier (its copies may then have run before the doorbell). */
+    uint64_t (*arm)(struct db_copier *c, void *const dst[2], const uint64_t src[2], const size_t n[2], int nseg);
+    int (*fire)(struct db_copier *c, uint64_t id);
 };
 
 /* A copier for send queues the CPU can read directly. */
@@ -53,6 +61,11 @@ struct wqe_rec {
 
     struct st_live_qp *live;   /* counters (the live-block slot, or `priv`) */
     struct st_live_qp priv;
+    uint32_t arm_blocks;   /* blocks to arm a copy for while the queue is quiet (0: never) */
+    uint64_t arm_id;       /* pending armed copy of blocks [arm_from, arm_to), or 0 */
+    uint64_t arm_from, arm_to;
+    uint64_t armed_used;   /* doorbells whose blocks an armed copy took */
+
     uint64_t *copies, *syncs;  /* repeater counters to add to (may point at `own`) */
     uint64_t own_copies, own_syncs;
     uint64_t copy_errors;
@@ -70,7 +83,16 @@ void wqe_rec_fini(struct wqe_rec *r);
  * blocks; returns 1 if the batch threshold was reached and the batch parsed, else 0. */
 int wqe_rec_announce(struct wqe_rec *r, uint64_t pi, uint64_t ts);
 
-/* Synchronise and parse everything announced so far (idle time, stop, exit). */
+/* The queue is quiet and every announced block was copied: arm a copy of the next arm_blocks
+ * blocks (at most what the mirror can take without touching blocks not parsed yet), which the
+ * next doorbell fires.  1 if armed. */
+int wqe_rec_arm(struct wqe_rec *r);
+
+/* Release an armed copy that no doorbell fired (it then copies blocks nobody announced). */
+void wqe_rec_disarm(struct wqe_rec *r);
+
+/* Synchronise and parse everything announced so far (idle time, stop, exit); releases an armed
+ * copy. */
 void wqe_rec_flush(struct wqe_rec *r);
 
 /* Blocks announced but not parsed yet (the recovery lag). */

@@ -414,6 +414,36 @@ void sn_engine_assist(struct sn_engine *eng)
 	pthread_mutex_unlock(&eng->lock);
 }
 
+/* SIMNIC_ENGINE_CPUS=2,3 pins engine threads (the n-th engine of the process to the n-th CPU,
+ * round robin): measurements of what a tracer adds need the emulated NIC to stay on one core. */
+static void pin_engine(void)
+{
+	static atomic_uint next;
+	const char *env = getenv("SIMNIC_ENGINE_CPUS");
+	int cpus[64], n = 0;
+	cpu_set_t set;
+
+	if (!env || !*env)
+		return;
+	for (const char *p = env; *p && n < 64;) {
+		char *end;
+		long c = strtol(p, &end, 10);
+
+		if (end == p || c < 0 || c >= CPU_SETSIZE)
+			return;		/* not a list of CPUs: run unpinned */
+		cpus[n++] = (int)c;
+		p = *end == ',' ? end + 1 : end;
+		if (*end && *end != ',')
+			return;
+	}
+	if (!n)
+		return;
+	CPU_ZERO(&set);
+	CPU_SET(cpus[atomic_fetch_add(&next, 1) % (unsigned)n], &set);
+	if (pthread_setaffinity_np(pthread_self(), sizeof(set), &set))
+		sn_log("SIMNIC_ENGINE_CPUS=%s: cannot pin the engine thread; it runs unpinned", env);
+}
+
 static void *engine_main(void *arg)
 {
 	struct sn_engine *eng = arg;
@@ -424,6 +454,7 @@ static void *engine_main(void *arg)
 
 	snprintf(name, sizeof(name), "simnic-%.8s", eng->dev->ibdev.name);
 	pthread_setname_np(pthread_self(), name);
+	pin_engine();
 	prctl(PR_SET_TIMERSLACK, 1000UL, 0, 0, 0);	/* 1 us: short sleeps stay short */
 
 	while (!atomic_load_explicit(&eng->stop, memory_order_acquire)) {

@@ -1,30 +1,32 @@
 # The emulated ConnectX NIC: rdma-core's two libraries, built from native/simnic/.
 # libibverbs.so.1 is the generic verbs layer; libmlx5.so.1 is the mlx5 provider, the NIC
 # engine and mlx5dv.  Programs run on them with LD_LIBRARY_PATH=<_lib>/simnic (see
-# sigmatrace.simnic.environment); the unversioned names are for programs that dlopen
-# "libibverbs.so" / "libmlx5.so" as NCCL does.
+# sigmatrace.simnic.environment).  As installed by rdma-core (Debian 12's 44.0), each file has
+# its full version and the SONAME is a link to it (a traced process's module list names the
+# file: the agent must find the library either way); the unversioned names are for programs
+# that dlopen "libibverbs.so" / "libmlx5.so" as NCCL does.
 _CFLAGS = ["-fvisibility=hidden", "-pthread", "-fno-strict-aliasing"]
 
 TARGETS = [
     Target(
-        out="simnic/libibverbs.so.1",
+        out="simnic/libibverbs.so.1.14.44.0",
         sources=["native/simnic/verbs_lib.c"],
         cflags=_CFLAGS,
         ldflags=["-pthread"],
         libs=["dl"],
         version_script="native/simnic/libibverbs.map",
         soname="libibverbs.so.1",
-        links=["libibverbs.so"],
+        links=["libibverbs.so.1", "libibverbs.so"],
     ),
     Target(
-        out="simnic/libmlx5.so.1",
+        out="simnic/libmlx5.so.1.24.44.0",
         sources=["native/simnic/mlx5_*.c", "native/simnic/eng_*.c"],
         cflags=_CFLAGS,
         ldflags=["-pthread"],
         libs=["dl"],
         version_script="native/simnic/libmlx5.map",
         soname="libmlx5.so.1",
-        links=["libmlx5.so"],
+        links=["libmlx5.so.1", "libmlx5.so"],
     ),
 ]
 

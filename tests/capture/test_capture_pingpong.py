@@ -127,8 +127,10 @@ def test_srq_pingpong_full(tmp_path):
     for mine, peer in ((rs, rc), (rc, rs)):
         sends = mine["calls"]["ibv_post_send"]
         assert sends >= iters and mine["ops"] == {"SEND": sends} and mine["records"]["SEND_WR"] == sends
-        # every send of this side completes here, every send of the peer arrives here
-        assert mine["completions"] == sends + peer["calls"]["ibv_post_send"] == mine["records"]["COMPLETION"]
+        # the program polls until `iters` of its sends completed and `iters` messages arrived:
+        # its last sends and the peer's last messages may complete after it stopped looking
+        assert mine["completions"] == mine["records"]["COMPLETION"]
+        assert 2 * iters <= mine["completions"] <= sends + peer["calls"]["ibv_post_send"]
         # 500 receives posted to the SRQ at start; fewer than 484 arrive, so no refill
         assert mine["calls"]["ibv_post_srq_recv"] == 500 == mine["records"]["POST_SRQ_RECV"] == mine["recv_wrs"]
         assert "ibv_post_recv" not in mine["calls"] and mine["calls"]["ibv_create_srq"] == 1
@@ -158,7 +160,8 @@ def test_omitted_provider_installs_nothing(tmp_path):
     from sigmatrace.capture.config import available_agent_providers
     assert meta["providers"] == ({"cuda": "waiting"} if "cuda" in available_agent_providers() else {})
     assert "hooks" not in meta
-    assert any(os.path.basename(lib["path"]) == "libibverbs.so.1" for lib in meta["libraries"])
+    # the file the SONAME link points to, as rdma-core installs it: libibverbs.so.1.14.44.0
+    assert any(os.path.basename(lib["path"]).startswith("libibverbs.so.1") for lib in meta["libraries"])
 
 
 @pytest.mark.skipif(PINGPONG is None, reason="ibverbs-utils (ibv_rc_pingpong) is not installed")

@@ -87,6 +87,55 @@ def test_one_doorbell_per_operation_every_wqe_exact(progs, threshold, slots, eff
         assert q["repeater"]["syncs"] == 3 * n_per_kind
 
 
+@pytest.mark.parametrize("quiet_us,some_after", [("1", True), ("1000000", False)])
+def test_adaptive_order_copies_after_the_forward_only_after_a_quiet_spell(progs, quiet_us, some_after):
+    """The adaptive order: a doorbell that follows a quiet spell (the GPU waited for its
+    completion) is forwarded first and copied right after; while doorbells stream in, copies
+    come first.  With a quiet spell longer than the run no doorbell qualifies.  Either way every
+    WQE is recovered exactly."""
+    d = run(progs, "--ops", "300", "--kinds", "write,read,fadd", "--copier", "eager", "--gap-us", "100",
+            "--cfg", "wqe_copy_order=adaptive", "--cfg", f"wqe_copy_after_quiet_us={quiet_us}",
+            "--cfg", "repeater_threads=1")
+    q = d["qps"][0]
+    assert_all_recovered(q, 300)
+    assert q["rung"] == q["db_recs"] == 300
+    if some_after:
+        assert 1 <= q["copied_after"] <= 300
+    else:
+        assert q["copied_after"] == 0
+
+
+@pytest.mark.parametrize("yield_,adaptive", [("1", False), ("0", True)])
+def test_default_order_follows_the_cores(progs, yield_, adaptive):
+    """By default the order is adaptive, except where the repeater yields its core to the program
+    (4 CPUs or fewer, or repeater_yield=1): there a quiet page says the producer was descheduled,
+    not that it waits, and every copy comes before its forward."""
+    d = run(progs, "--ops", "300", "--copier", "eager", "--gap-us", "100", "--cfg", f"repeater_yield={yield_}",
+            "--cfg", "repeater_threads=1")
+    q = d["qps"][0]
+    assert_all_recovered(q, 300)
+    if adaptive:
+        assert q["copied_after"] >= 1
+    else:
+        assert q["copied_after"] == 0
+
+
+def test_adaptive_order_with_a_producer_running_ahead_is_accounted(progs):
+    """The adaptive order where the repeater shares two cores with a producer lapping a 64-slot
+    ring: a doorbell after a quiet spell (the producer was descheduled) is forwarded before its
+    copy, and a repeater descheduled in between may find slots already reused.  Such blocks are
+    WQE_LOSS records, never wrong WQEs: every block is accounted exactly once."""
+    d = run(progs, "--ops", "300000", "--kinds", "write", "--slots", "64", "--burst", "--copier", "eager",
+            "--cfg", "wqe_copy_order=adaptive", "--cfg", "repeater_threads=1", timeout=300)
+    q = d["qps"][0]
+    assert q["order_errors"] == 0 and q["wqe_bad"] == q["seg_bad"] == 0
+    assert q["acct"] == q["pi"] == q["db_len"] == 300_000
+    assert q["wqe_ok"] + q["loss_bbs"] == 300_000
+    assert q["live"]["wqes"] == q["wqe_ok"] and q["live"]["wqe_losses"] == q["loss_bbs"]
+    assert q["nic_done"] == 300_000
+    assert q["copied_after"] < q["db_recs"]  # doorbells covering many blocks were copied first
+
+
 @pytest.mark.parametrize("chunk", [1, 8, 32])
 def test_copies_cover_ranges_of_blocks(progs, chunk):
     """With wqe_copy_chunk = C a copy is made once C announced blocks wait (or at the batch
@@ -120,6 +169,44 @@ def test_a_million_operations_through_a_64_slot_ring(progs):
     q = d["qps"][0]
     assert_all_recovered(q, 1_000_000)
     assert q["live"]["write"] == 1_000_000
+
+
+@pytest.mark.parametrize("copier", ["eager-armed", "lazy-armed"])
+def test_armed_copies_fired_by_the_next_doorbell(progs, copier):
+    """While the queue is quiet the repeater arms the next copy; the doorbell fires it (one store
+    on its path) instead of enqueueing one.  Every WQE is recovered exactly, one copy per
+    doorbell, fired or enqueued."""
+    d = run(progs, "--ops", "3000", "--kinds", "write,read,fadd", "--copier", copier, "--cfg", "repeater_threads=1",
+            "--cfg", "wqe_copy_chunk=1", "--cfg", "wqe_arm_blocks=16")
+    q = d["qps"][0]
+    assert_all_recovered(q, 3000)
+    assert q["rung"] == q["db_recs"] == 3000
+    assert q["repeater"]["copies"] == 3000
+    assert q["armed_used"] >= 1                    # the GPU waits for each completion: quiet passes
+    assert d["armed"] >= d["armed_fired"] >= q["armed_used"]
+    # d["copies"] counts copies enqueued at a doorbell: every other doorbell fired an armed one
+    assert d["copies"] + q["armed_used"] == 3000
+
+
+def test_armed_copies_released_by_another_queue_are_not_trusted(progs):
+    """Three QPs share one copier (one stream): a copy or sync for one QP releases another's armed
+    copy before that QP's doorbell, so those blocks are copied again; nothing is lost or wrong."""
+    d = run(progs, "--ops", "3000", "--qps", "3", "--copier", "eager-armed", "--cfg", "repeater_threads=1",
+            "--cfg", "wqe_arm_blocks=16")
+    for q in d["qps"]:
+        assert_all_recovered(q, 3000)
+        assert q["db_recs"] == 3000
+    assert d["armed"] >= 1
+
+
+def test_armed_copies_with_a_producer_running_ahead(progs):
+    """The GPU rings without waiting, lapping a 64-slot ring many times: armed copies are fired
+    before the forward (copy order "before") as enqueued ones are, so no block is lost."""
+    d = run(progs, "--ops", "200000", "--kinds", "write", "--slots", "64", "--burst", "--copier", "eager-armed",
+            "--cfg", "repeater_threads=1", "--cfg", "wqe_arm_blocks=16", "--cfg", "wqe_copy_order=before",
+            timeout=300)
+    q = d["qps"][0]
+    assert_all_recovered(q, 200_000)
 
 
 def test_doorbell_with_the_last_wqe_control_word(progs):

@@ -52,7 +52,7 @@ def test_exports_and_soname():
         cuStreamCreate cuStreamSynchronize cuStreamDestroy_v2 cuMemHostRegister
         cuMemHostRegister_v2 cuMemHostUnregister cuMemHostGetDevicePointer_v2
         cuPointerGetAttribute cuPointerGetAttributes cuGetProcAddress cuGetProcAddress_v2
-        cuGetErrorString cuGetErrorName""".split()
+        cuGetErrorString cuGetErrorName cuStreamWaitValue32 cuStreamWaitValue32_v2""".split()
     assert not [s for s in wanted if s not in syms]
     # nothing private leaks out
     assert not [s for s in syms if not (s.startswith("cu") or s == "sigmatrace_cudastub")]
@@ -135,3 +135,87 @@ def test_no_devices():
     r = subprocess.run([sys.executable, "-c", code, str(LIB)], capture_output=True, text=True,
                        env={**os.environ, "CUDASTUB_DEVICES": "0"}, timeout=30)
     assert r.stdout.split() == ["100", "3"]           # NO_DEVICE; still not initialized
+
+
+_WAIT_PROBE = r'''
+import ctypes, sys, threading, time
+l = ctypes.CDLL(sys.argv[1])
+u64, vp = ctypes.c_uint64, ctypes.c_void_p
+l.cuMemcpyDtoHAsync_v2.argtypes = [vp, u64, ctypes.c_size_t, vp]
+l.cuMemcpyHtoD_v2.argtypes = [u64, vp, ctypes.c_size_t]
+l.cuStreamWaitValue32_v2.argtypes = [vp, u64, ctypes.c_uint32, ctypes.c_uint]
+l.cuStreamQuery.argtypes = l.cuStreamSynchronize.argtypes = [vp]
+l.cuMemFree_v2.argtypes = [u64]
+l.cuInit(0)
+dev, ctx = ctypes.c_int(), vp()
+l.cuDeviceGet(ctypes.byref(dev), 0)
+l.cuDevicePrimaryCtxRetain(ctypes.byref(ctx), dev)
+l.cuCtxSetCurrent(ctx)
+flag = (ctypes.c_uint32 * 1024)()
+print("register:", l.cuMemHostRegister_v2(flag, 4096, 3))
+fd = u64()
+l.cuMemHostGetDevicePointer_v2(ctypes.byref(fd), flag, 0)
+s = vp()
+l.cuStreamCreate(ctypes.byref(s), 1)
+src = u64()
+l.cuMemAlloc_v2(ctypes.byref(src), 64)
+dst = (ctypes.c_uint8 * 64)()
+def fill(v):
+    l.cuMemcpyHtoD_v2(src.value, bytes([v]) * 64, 64)
+fill(1)
+print("wait:", l.cuStreamWaitValue32_v2(s, fd.value, 5, 0))
+print("copy:", l.cuMemcpyDtoHAsync_v2(dst, src.value, 64, s))
+print("held:", l.cuStreamQuery(s), dst[0])
+fill(2)                                   # written after the enqueue: the copy must see it
+flag[0] = 4
+time.sleep(0.02)
+print("below:", l.cuStreamQuery(s), dst[0])
+flag[0] = 5
+print("released:", l.cuStreamSynchronize(s), dst[0], dst[63])
+flag[0] = 0xfffffff0                      # GEQ is cyclic: 0x10 comes after 0xfffffff0
+l.cuStreamWaitValue32_v2(s, fd.value, 0x10, 0)
+fill(3)
+l.cuMemcpyDtoHAsync_v2(dst, src.value, 64, s)
+print("wrap_held:", l.cuStreamQuery(s), dst[0])
+flag[0] = 0x10
+deadline = time.monotonic() + 5           # no driver call: the stream's worker runs it
+while dst[0] != 3 and time.monotonic() < deadline:
+    time.sleep(0.001)
+print("worker:", dst[0])
+print("satisfied_now:", l.cuStreamWaitValue32_v2(s, fd.value, 0x10, 0), l.cuStreamQuery(s))
+l.cuStreamWaitValue32_v2(s, fd.value, 0x20, 0)
+fill(4)
+l.cuMemcpyDtoHAsync_v2(dst, src.value, 64, s)
+threading.Timer(0.2, lambda: flag.__setitem__(0, 0x20)).start()
+t0 = time.monotonic()
+r = l.cuMemFree_v2(src.value)             # frees only once the held copy has read the memory
+print("free_waited:", r, time.monotonic() - t0 >= 0.15, dst[0])
+print("unaligned:", l.cuStreamWaitValue32_v2(s, fd.value + 2, 0, 0))
+print("bad_flags:", l.cuStreamWaitValue32_v2(s, fd.value, 0, 7))
+print("legacy:", l.cuStreamWaitValue32_v2(None, fd.value, 0, 0))
+'''
+
+
+def test_stream_wait_value_holds_later_operations():
+    """cuStreamWaitValue32 (as the tracer's armed copies use it): operations enqueued behind a
+    wait that does not hold yet run, in order, once the word satisfies it (GEQ is cyclic), and
+    copy what memory holds then; the stream reports NOT_READY meanwhile; with no driver call the
+    stream's worker still runs them; freeing memory waits for them, as the driver synchronises."""
+    r = subprocess.run([sys.executable, "-c", _WAIT_PROBE, str(LIB)], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    got = dict(line.split(": ", 1) for line in r.stdout.splitlines())
+    assert got == {
+        "register": "0",
+        "wait": "0",
+        "copy": "0",
+        "held": "600 0",                 # CUDA_ERROR_NOT_READY, nothing copied
+        "below": "600 0",
+        "released": "0 2 2",
+        "wrap_held": "600 2",
+        "worker": "3",
+        "satisfied_now": "0 0",          # a wait that already holds holds nothing
+        "free_waited": "0 True 4",
+        "unaligned": "1",
+        "bad_flags": "1",
+        "legacy": "801",                 # the stand-in holds only streams it created
+    }

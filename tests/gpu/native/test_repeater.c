@@ -60,6 +60,7 @@ static struct {
     uint64_t ops;
     uint32_t kinds[4], nk, batch, slots, qps;
     int style, burst, overrun, placeholder;
+    uint32_t gap_us; /* idle time after each completion (a latency-bound producer) */
     int64_t lose_at;
     const char *copier;
 } opt = {.ops = 1000, .batch = 1, .slots = 64, .qps = 1, .lose_at = -1, .copier = "lazy"};
@@ -82,7 +83,65 @@ static struct {
     volatile int hold;      /* the next copy blocks until released */
     volatile int holding;
     uint64_t copies, syncs, bytes;
+    /* armed copies (--copier eager-armed / lazy-armed): made when fired, or when another copy
+     * or a sync releases them first */
+    int armable;
+    struct pending armed[2];
+    int n_armed;
+    uint64_t hold_id, holds, fired, released_early;
 } tc;
+
+static void tc_put(void *dst, uint64_t src, size_t n)
+{
+    if (!tc.lazy) {
+        memcpy(dst, (void *)(uintptr_t)src, n);
+        return;
+    }
+    if (tc.n == tc.cap) {
+        tc.cap = tc.cap ? tc.cap * 2 : 256;
+        tc.p = realloc(tc.p, tc.cap * sizeof(*tc.p));
+    }
+    tc.p[tc.n++] = (struct pending){dst, src, n};
+}
+
+static void tc_release(void)
+{
+    for (int i = 0; i < tc.n_armed; i++)
+        tc_put(tc.armed[i].dst, tc.armed[i].src, tc.armed[i].n);
+    tc.n_armed = 0;
+    tc.hold_id = 0;
+}
+
+static void tc_release_early(void)
+{
+    if (tc.hold_id) {
+        tc_release();
+        tc.released_early++;
+    }
+}
+
+static uint64_t tc_arm(struct db_copier *c, void *const dst[2], const uint64_t src[2], const size_t n[2], int nseg)
+{
+    (void)c;
+    if (!tc.armable)
+        return 0;
+    tc_release_early();
+    for (int i = 0; i < nseg; i++)
+        tc.armed[i] = (struct pending){dst[i], src[i], n[i]};
+    tc.n_armed = nseg;
+    tc.hold_id = ++tc.holds;
+    return tc.hold_id;
+}
+
+static int tc_fire(struct db_copier *c, uint64_t id)
+{
+    (void)c;
+    if (!tc.hold_id || tc.hold_id != id)
+        return 0;
+    tc_release();
+    tc.fired++;
+    return 1;
+}
 
 static int tc_copy(struct db_copier *c, void *dst, uint64_t src, size_t n)
 {
@@ -93,23 +152,17 @@ static int tc_copy(struct db_copier *c, void *dst, uint64_t src, size_t n)
         for (int i = 0; tc.holding && i < 10000; i++)
             usleep(1000);
     }
+    tc_release_early();
     tc.copies++;
     tc.bytes += n;
-    if (!tc.lazy) {
-        memcpy(dst, (void *)(uintptr_t)src, n);
-        return 0;
-    }
-    if (tc.n == tc.cap) {
-        tc.cap = tc.cap ? tc.cap * 2 : 256;
-        tc.p = realloc(tc.p, tc.cap * sizeof(*tc.p));
-    }
-    tc.p[tc.n++] = (struct pending){dst, src, n};
+    tc_put(dst, src, n);
     return 0;
 }
 
 static int tc_sync(struct db_copier *c)
 {
     (void)c;
+    tc_release_early();
     for (size_t i = 0; i < tc.n; i++)
         memcpy(tc.p[i].dst, (void *)(uintptr_t)tc.p[i].src, tc.p[i].n);
     tc.n = 0;
@@ -338,6 +391,8 @@ static void *gpu_main(void *arg)
                 gpu_failed = 1;
                 return NULL;
             }
+            if (opt.gap_us)
+                usleep(opt.gap_us);
         }
     }
     if (wait_until(&q->nic_done, q->sq.pi, 0))
@@ -362,7 +417,7 @@ int main(int argc, char **argv)
                                        {"copier", 1, 0, 'c'},  {"burst", 0, 0, 'u'},  {"overrun", 1, 0, 'o'},
                                        {"cfg", 1, 0, 'C'},     {"aggregate", 0, 0, 'a'}, {"forward", 0, 0, 'f'},
                                        {"lose-at", 1, 0, 'l'}, {"placeholder", 0, 0, 'p'}, {"verbose", 0, 0, 'v'},
-                                       {0, 0, 0, 0}};
+                                       {"gap-us", 1, 0, 'g'}, {0, 0, 0, 0}};
     int mode = ST_DB_WQE, c;
     parse_kinds("write,read,fadd");
     while ((c = getopt_long(argc, argv, "", lo, NULL)) != -1) {
@@ -382,13 +437,15 @@ int main(int argc, char **argv)
         case 'l': opt.lose_at = atoll(optarg); break;
         case 'p': opt.placeholder = 1; break;
         case 'v': test_env.verbose = 1; break;
+        case 'g': opt.gap_us = (uint32_t)atoi(optarg); break;
         default: return 2;
         }
     }
     if (opt.qps > MAXQ || opt.batch < 1 || opt.batch * 2 > opt.slots)
         return 2;
-    tc.base = (struct db_copier){tc_copy, tc_sync, 1};
-    tc.lazy = strcmp(opt.copier, "eager") != 0;
+    tc.base = (struct db_copier){tc_copy, tc_sync, 1, tc_arm, tc_fire};
+    tc.lazy = strncmp(opt.copier, "eager", 5) != 0;
+    tc.armable = strstr(opt.copier, "-armed") != NULL;
     int host = !strcmp(opt.copier, "host");
     db_set_copier_ops(&tc_ops, NULL);
     test_env.on_record = on_record;
@@ -438,8 +495,10 @@ int main(int argc, char **argv)
     db_stats(&st);
     double secs = (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) / 1e9;
     printf("{\"seconds\":%.3f,\"gpu_failed\":%d,\"errors\":%" PRIu64 ",\"copies\":%" PRIu64 ",\"syncs\":%" PRIu64
-           ",\"unknown_qp_doorbells\":%" PRIu64 ",\"backward\":%" PRIu64 ",\"qps\":[",
-           secs, gpu_failed, test_env.errors, tc.copies, tc.syncs, st.unknown_qp_doorbells, st.backward_doorbells);
+           ",\"unknown_qp_doorbells\":%" PRIu64 ",\"backward\":%" PRIu64 ",\"armed\":%" PRIu64
+           ",\"armed_fired\":%" PRIu64 ",\"armed_released_early\":%" PRIu64 ",\"qps\":[",
+           secs, gpu_failed, test_env.errors, tc.copies, tc.syncs, st.unknown_qp_doorbells, st.backward_doorbells,
+           tc.holds, tc.fired, tc.released_early);
     for (uint32_t i = 0; i < opt.qps; i++) {
         struct qstate *q = &Q[i];
         struct st_live_qp *l = test_live_qp(q->qpn);
@@ -448,10 +507,11 @@ int main(int argc, char **argv)
                ",\"nic_bad\":%" PRIu64 ",\"nic_done\":%u,\"db_recs\":%" PRIu64 ",\"db_len\":%" PRIu64 ",\"db_bad\":%" PRIu64
                ",\"wqe_recs\":%" PRIu64 ",\"wqe_ok\":%" PRIu64 ",\"wqe_bad\":%" PRIu64 ",\"seg_recs\":%" PRIu64
                ",\"atomic_recs\":%" PRIu64 ",\"seg_bad\":%" PRIu64 ",\"loss_recs\":%" PRIu64 ",\"loss_bbs\":%" PRIu64
-               ",\"acct\":%" PRIu64 ",\"order_errors\":%" PRIu64,
+               ",\"acct\":%" PRIu64 ",\"order_errors\":%" PRIu64 ",\"armed_used\":%" PRIu64 ",\"copied_after\":%" PRIu64,
                i ? "," : "", q->qpn, q->n_exp, q->sq.pi, q->rung, q->nic_values, q->nic_bad, q->nic_done, q->db_recs,
                q->db_len, q->db_bad, q->wqe_recs, q->wqe_ok, q->wqe_bad, q->seg_recs, q->atomic_recs, q->seg_bad,
-               q->loss_recs, q->loss_bbs, q->acct, q->order_errors);
+               q->loss_recs, q->loss_bbs, q->acct, q->order_errors, q->dq.rec.armed_used,
+               q->dq.copied_after);
         if (l)
             printf(",\"live\":{\"doorbells\":%" PRIu64 ",\"pi\":%" PRIu64 ",\"wqe_pi\":%" PRIu64 ",\"wqes\":%" PRIu64
                    ",\"wqe_losses\":%" PRIu64 ",\"write\":%" PRIu64 ",\"read\":%" PRIu64 ",\"fadd\":%" PRIu64 "}",
