@@ -33,6 +33,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from sigmatrace import gda  # noqa: E402
+from sigmatrace.doorbells import expand_cpu_list  # noqa: E402
 
 CONFIGS = ("none", "forward", "wqe")
 # WQE recovery variants (repeater settings through SIGMATRACE_<KEY>): the default copies every
@@ -43,15 +44,6 @@ VARIANTS = {
     "wqe-chunk8": {"SIGMATRACE_WQE_COPY_CHUNK": "8"},           # copy once 8 blocks wait
     "wqe-armed": {"SIGMATRACE_WQE_ARM_BLOCKS": "16", "SIGMATRACE_WQE_COPY_ORDER": "before"},  # armed while quiet
 }
-
-
-def cpu_list(text: str) -> set[int]:
-    """"2,3" or "2-5" -> {2, 3} / {2, 3, 4, 5}."""
-    cpus: set[int] = set()
-    for part in filter(None, text.split(",")):
-        lo, _, hi = part.partition("-")
-        cpus.update(range(int(lo), int(hi or lo) + 1))
-    return cpus
 
 
 class Pinning:
@@ -69,12 +61,34 @@ class Pinning:
             return cls()
         # every other CPU, so that no two of these are hyperthread siblings where siblings are
         # numbered next to each other; the first two stay with the system and this script
-        return cls(app=f"{cpus[2]},{cpus[4]}", engine=str(cpus[6]), repeater=str(cpus[8 % len(cpus)] if len(cpus) > 8 else cpus[7]))
+        return cls(app=f"{cpus[2]},{cpus[4]}", engine=str(cpus[6]), repeater=str(cpus[min(8, len(cpus) - 1)]))
+
+    def preexec(self):
+        """For subprocess: put the program on its CPUs (None when it has none)."""
+        cpus = set(expand_cpu_list(self.app)) if self.app else set()
+        return (lambda: os.sched_setaffinity(0, cpus)) if cpus else None
+
+    def repeater_args(self) -> list[str]:
+        return ["--repeater-cpus", self.repeater] if self.repeater else []
 
     def describe(self) -> str:
         if not (self.app or self.engine or self.repeater):
             return "not pinned"
         return f"program on CPUs {self.app or 'any'}, NIC engine on {self.engine or 'any'}, repeater on {self.repeater or 'any'}"
+
+
+def example_env(backend: str, cfg: str, pin: Pinning) -> dict[str, str]:
+    """The example's environment for configuration `cfg` (its variant's settings, the engine's CPU)."""
+    env = gda.environment(backend)
+    env.update(VARIANTS.get(cfg, {}))
+    if pin.engine:
+        env["SIMNIC_ENGINE_CPUS"] = pin.engine
+    return env
+
+
+def tracer_env(env: dict[str, str]) -> dict[str, str]:
+    """The same, for `python -m sigmatrace` run from this tree."""
+    return dict(env, PYTHONPATH=str(ROOT) + os.pathsep + env.get("PYTHONPATH", ""))
 
 
 def run_example(backend: str, cfg: str, ex_args: list[str], workdir: Path, tag: str, timeout: float,
@@ -83,20 +97,15 @@ def run_example(backend: str, cfg: str, ex_args: list[str], workdir: Path, tag: 
     pin = pin or Pinning()
     summary = workdir / f"{tag}.json"
     argv = [str(gda.binary(backend))] + ex_args + ["--json", str(summary), "--quiet"]
-    env = gda.environment(backend)
+    env = example_env(backend, cfg, pin)
     trace = workdir / f"{tag}.trace"
-    env.update(VARIANTS.get(cfg, {}))
-    if pin.engine:
-        env["SIMNIC_ENGINE_CPUS"] = pin.engine
     traced = cfg.split("-")[0] != "none"
     if traced:
         argv = [sys.executable, "-m", "sigmatrace.cli.main", "spawn", "--quiet", "--doorbells", cfg.split("-")[0],
-                "--out", str(trace)] + (["--repeater-cpus", pin.repeater] if pin.repeater else []) + ["--"] + argv
-        env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
-    app_cpus = cpu_list(pin.app)
+                "--out", str(trace)] + pin.repeater_args() + ["--"] + argv
+        env = tracer_env(env)
     t0 = time.monotonic()
-    p = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=timeout,
-                       preexec_fn=(lambda: os.sched_setaffinity(0, app_cpus)) if app_cpus else None)
+    p = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=timeout, preexec_fn=pin.preexec())
     wall = time.monotonic() - t0
     if p.returncode != 0 or not summary.exists():
         raise RuntimeError(f"{tag}: exit {p.returncode}\n{p.stdout[-2000:]}\n{p.stderr[-4000:]}")
@@ -105,25 +114,6 @@ def run_example(backend: str, cfg: str, ex_args: list[str], workdir: Path, tag: 
     if traced:
         add_trace_figures(out, trace, env)
     return out
-
-
-def _wait_for_text(pipe, text: str, timeout: float, seen: list[str]) -> bool:
-    """Read a child's pipe until `text` appears (what was read goes into `seen`)."""
-    import select
-    buf, deadline = b"", time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        ready, _, _ = select.select([pipe], [], [], 0.2)
-        if not ready:
-            continue
-        chunk = os.read(pipe.fileno(), 65536)
-        if not chunk:
-            break
-        buf += chunk
-        if text.encode() in buf:
-            seen.append(buf.decode(errors="replace"))
-            return True
-    seen.append(buf.decode(errors="replace"))
-    return False
 
 
 def run_paired(backend: str, cfg: str, ex_args: list[str], workdir: Path, tag: str, timeout: float,
@@ -135,24 +125,20 @@ def run_paired(backend: str, cfg: str, ex_args: list[str], workdir: Path, tag: s
     summary, gate, trace = workdir / f"{tag}.json", workdir / f"{tag}.gate", workdir / f"{tag}.trace"
     argv = [str(gda.binary(backend))] + ex_args + ["--qps", "2", "--alternate", "--setup-gate", str(gate),
                                                    "--timeout", "120", "--json", str(summary), "--quiet"]
-    env = gda.environment(backend)
-    env.update(VARIANTS.get(cfg, {}))
-    if pin.engine:
-        env["SIMNIC_ENGINE_CPUS"] = pin.engine
-    app_cpus = cpu_list(pin.app)
-    prog = subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                            preexec_fn=(lambda: os.sched_setaffinity(0, app_cpus)) if app_cpus else None)
+    env = example_env(backend, cfg, pin)
+    prog = subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, preexec_fn=pin.preexec())
     att, seen = None, []
     try:
-        if not _wait_for_text(prog.stderr, "first pair ready", 120, seen):
+        seen.append(gda.read_until(prog.stderr, gda.FIRST_PAIR_READY, 120))
+        if gda.FIRST_PAIR_READY not in seen[-1]:
             raise RuntimeError(f"{tag}: the example did not get its first pair ready: {''.join(seen)[-2000:]}")
         if cfg.split("-")[0] != "none":
-            aenv = dict(env, PYTHONPATH=str(ROOT) + os.pathsep + env.get("PYTHONPATH", ""))
+            aenv = tracer_env(env)
             att = subprocess.Popen([sys.executable, "-m", "sigmatrace.cli.main", "attach", "--pid", str(prog.pid),
-                                    "--doorbells", cfg.split("-")[0], "--out", str(trace)]
-                                   + (["--repeater-cpus", pin.repeater] if pin.repeater else []),
+                                    "--doorbells", cfg.split("-")[0], "--out", str(trace)] + pin.repeater_args(),
                                    env=aenv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-            if not _wait_for_text(att.stderr, "Ctrl-C stops tracing", 120, seen):
+            seen.append(gda.read_until(att.stderr, gda.ATTACH_READY, 120))
+            if gda.ATTACH_READY not in seen[-1]:
                 raise RuntimeError(f"{tag}: attach did not start: {''.join(seen)[-3000:]}")
         gate.touch()
         rc = prog.wait(timeout=timeout)

@@ -143,22 +143,22 @@ const sigmatrace = (() => {
   // A library by the name programs load it by (its SONAME, 'libcuda.so.1').  The module list of
   // a process we attach to names each library by the file mapped, which is what the SONAME link
   // points to: libibverbs.so.1.14.44.0, libmlx5.so.1.24.44.0, libcuda.so.580.95.05.
-  function findLibrary(lib) {
-    const m = Process.findModuleByName(lib);
-    if (m !== null) return m;
+  function findLibrary(lib, loaded) {
     const stem = lib.replace(/\.so(\.\d+)*$/, '.so'); // libcuda.so.1 -> libcuda.so
-    let best = null;
-    for (const mod of Process.enumerateModules()) {
-      if (mod.name.startsWith(lib + '.')) return mod; // libibverbs.so.1 -> libibverbs.so.1.14.44.0
-      if (best === null && mod.name.startsWith(stem + '.')) best = mod; // libcuda.so.1 -> libcuda.so.580.95.05
+    let versioned = null, other = null;
+    for (const mod of loaded) {
+      if (mod.name === lib) return mod;
+      if (versioned === null && mod.name.startsWith(lib + '.')) versioned = mod; // libibverbs.so.1.14.44.0
+      if (other === null && mod.name.startsWith(stem + '.')) other = mod; // libcuda.so.580.95.05
     }
-    return best;
+    return versioned || other;
   }
 
-  function modulesFor(spec) {
+  // The modules of each of spec's libraries in `loaded` (Process.enumerateModules()), or null.
+  function modulesFor(spec, loaded) {
     const found = {};
     for (const lib of spec.libraries) {
-      const m = findLibrary(lib);
+      const m = findLibrary(lib, loaded);
       if (m === null) return null;
       found[lib] = m;
     }
@@ -167,13 +167,16 @@ const sigmatrace = (() => {
 
   // Install every requested provider whose libraries are all loaded now.
   function installReady() {
+    let loaded = null; // listed when a provider waits, once until an install runs
     for (const [name, p] of providers) {
       if (p.state !== 'waiting') continue;
-      const mods = modulesFor(p.spec);
+      if (loaded === null) loaded = Process.enumerateModules();
+      const mods = modulesFor(p.spec, loaded);
       if (mods === null) continue;
       // A provider's install may load libraries itself (the cuda provider's runtime looks the
       // driver up with dlopen): the dlopen hook must not start a second install of it meanwhile.
       p.state = 'installing';
+      loaded = null; // an install may load libraries: list them again for the next provider
       let result;
       try {
         result = internal(() => p.spec.install(mods, api)) || { installed: [], failed: [] };

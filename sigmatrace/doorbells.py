@@ -15,20 +15,33 @@ MODES = ("wqe", "forward")
 DEFAULT_WQE_BATCH = 128
 
 
-def parse_cpu_list(text: str) -> list[int]:
-    """"2,3,8-11" -> [2, 3, 8, 9, 10, 11]; a clear error for anything else."""
+class _BadRange(ValueError):
+    """A CPU range that runs backwards."""
+
+
+def expand_cpu_list(text: str) -> list[int]:
+    """"2,3,8-11" -> [2, 3, 8, 9, 10, 11]; ValueError where a part is not a CPU or a range
+    (_BadRange, naming the part, where a range runs backwards)."""
     cpus: list[int] = []
     for part in text.split(","):
         part = part.strip()
         lo, sep, hi = part.partition("-")
-        try:
-            a = int(lo)
-            b = int(hi) if sep else a
-        except ValueError:
-            raise UsageError(f"--repeater-cpus: '{text}' is not a CPU list", hint="e.g. 2,3 or 8-11") from None
+        a = int(lo)
+        b = int(hi) if sep else a
         if a < 0 or b < a:
-            raise UsageError(f"--repeater-cpus: bad range '{part}'", hint="e.g. 2,3 or 8-11")
+            raise _BadRange(part)
         cpus.extend(range(a, b + 1))
+    return cpus
+
+
+def parse_cpu_list(text: str) -> list[int]:
+    """--repeater-cpus: the CPUs, or a clear error for anything that is not a list of CPUs here."""
+    try:
+        cpus = expand_cpu_list(text)
+    except _BadRange as e:
+        raise UsageError(f"--repeater-cpus: bad range '{e}'", hint="e.g. 2,3 or 8-11") from None
+    except ValueError:
+        raise UsageError(f"--repeater-cpus: '{text}' is not a CPU list", hint="e.g. 2,3 or 8-11") from None
     usable = cpus_allowed()
     missing = [c for c in cpus if c not in usable]
     if missing:
@@ -49,18 +62,10 @@ def cpus_allowed() -> set[int]:
             continue
         if text:
             try:
-                return allowed | set(_expand(text))
+                return allowed | set(expand_cpu_list(text))
             except ValueError:
                 continue
     return allowed
-
-
-def _expand(text: str) -> list[int]:
-    out: list[int] = []
-    for part in text.split(","):
-        lo, sep, hi = part.strip().partition("-")
-        out.extend(range(int(lo), int(hi if sep else lo) + 1))
-    return out
 
 
 def _ranges(cpus: list[int]) -> str:

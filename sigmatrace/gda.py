@@ -71,3 +71,25 @@ def args(mode: str = "ops", n: int = 1000, qps: int = 1, batch: int = 1, ops: st
     if json_path:
         a += ["--json", str(json_path)]
     return a + list(extra or [])
+
+
+# What the example says on stderr once its first QP pair is set up (--setup-gate), and what
+# `sigmatrace attach` says once its hooks are in: a paired run waits for each.
+FIRST_PAIR_READY = "first pair ready"
+ATTACH_READY = "Ctrl-C stops tracing"
+
+
+def read_until(pipe, text: str, timeout: float) -> str:
+    """Read a child's pipe until `text` appears, the pipe closes or `timeout` seconds pass;
+    returns what was read (the caller checks for `text`)."""
+    import select
+    import time
+
+    buf, deadline = b"", time.monotonic() + timeout
+    while text.encode() not in buf and time.monotonic() < deadline:
+        if select.select([pipe], [], [], 0.2)[0]:
+            chunk = os.read(pipe.fileno(), 65536)
+            if not chunk:
+                break
+            buf += chunk
+    return buf.decode(errors="replace")

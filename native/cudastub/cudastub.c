@@ -531,18 +531,23 @@ static inline __attribute__((always_inline)) CUresult impl_cuCtxGetDevice(CUdevi
 
 static unsigned long run_held_all(void);
 
+/* One turn of a wait for held operations: pause, and let other threads run now and then. */
+static void wait_turn(unsigned *polls)
+{
+	if (++*polls & 63)
+		__builtin_ia32_pause();
+	else
+		sched_yield();
+}
+
 /* Freeing memory synchronises with the device first, as the driver does (cuMemFree and friends
  * wait for work in flight): held operations may still read what is freed. */
 static void wait_held_all(void)
 {
 	unsigned polls = 0;
 
-	while (run_held_all()) {
-		if (++polls & 63)
-			__builtin_ia32_pause();
-		else
-			sched_yield();
-	}
+	while (run_held_all())
+		wait_turn(&polls);
 }
 
 static inline __attribute__((always_inline)) CUresult impl_cuCtxSynchronize(void)
@@ -1109,44 +1114,43 @@ static void hold_locked(CUstream s, struct held_op *o)
 	pthread_cond_signal(&g_held_cond);
 }
 
-/* An asynchronous copy on stream s: held if s holds operations (1), else 0 (run it now).
- * A host source is staged, as the driver stages pageable memory. */
-static int copy_held(CUstream s, void *dst, const void *src, size_t n, int stage)
+/* A copy on stream s (NULL: a synchronous copy): made now, or, while s holds operations, held
+ * behind them.  A host source is staged, as the driver stages pageable memory. */
+static CUresult copy_or_hold(CUstream s, void *dst, const void *src, size_t n, int stage)
 {
 	struct held_op *o;
-	int held = 0;
 
-	if (!stream_holds(s))
-		return 0;
-	o = calloc(1, sizeof(*o));
-	if (!o)
-		return -1;
-	o->kind = HELD_COPY;
-	o->dst = dst;
-	o->src = src;
-	o->n = n;
-	if (stage && n) {
-		o->staged = malloc(n);
-		if (!o->staged) {
-			free(o);
-			return -1;
+	if (stream_holds(s)) {
+		o = calloc(1, sizeof(*o));
+		if (!o)
+			return E_OUT_OF_MEMORY;
+		o->kind = HELD_COPY;
+		o->dst = dst;
+		o->src = src;
+		o->n = n;
+		if (stage) {
+			o->staged = malloc(n);
+			if (!o->staged) {
+				free(o);
+				return E_OUT_OF_MEMORY;
+			}
+			memcpy(o->staged, src, n);
 		}
-		memcpy(o->staged, src, n);
-	}
-	pthread_mutex_lock(&g_held_lock);
-	if (s->held) {
-		hold_locked(s, o);
-		held = 1;
-	}
-	pthread_mutex_unlock(&g_held_lock);
-	if (!held) {	/* released meanwhile: run it now, in order */
-		free(o->staged);
+		pthread_mutex_lock(&g_held_lock);
+		if (s->held) {
+			hold_locked(s, o);
+			pthread_mutex_unlock(&g_held_lock);
+			return OK;
+		}
+		pthread_mutex_unlock(&g_held_lock);
+		free(o->staged);	/* released meanwhile: made now, in order */
 		free(o);
 	}
-	return held;
+	memmove(dst, src, n);
+	return OK;
 }
 
-static inline __attribute__((always_inline)) CUresult htod(CUdeviceptr dst, const void *src, size_t n)
+static inline __attribute__((always_inline)) CUresult htod(CUdeviceptr dst, const void *src, size_t n, CUstream s)
 {
 	REQUIRE_CTX();
 	run_held();
@@ -1154,11 +1158,10 @@ static inline __attribute__((always_inline)) CUresult htod(CUdeviceptr dst, cons
 		return OK;
 	if (!src || !device_span_ok(dst, n))
 		return E_INVALID_VALUE;
-	memcpy((void *)(uintptr_t)dst, src, n);
-	return OK;
+	return copy_or_hold(s, (void *)(uintptr_t)dst, src, n, 1);
 }
 
-static inline __attribute__((always_inline)) CUresult dtoh(void *dst, CUdeviceptr src, size_t n)
+static inline __attribute__((always_inline)) CUresult dtoh(void *dst, CUdeviceptr src, size_t n, CUstream s)
 {
 	REQUIRE_CTX();
 	run_held();
@@ -1166,11 +1169,10 @@ static inline __attribute__((always_inline)) CUresult dtoh(void *dst, CUdevicept
 		return OK;
 	if (!dst || !device_span_ok(src, n))
 		return E_INVALID_VALUE;
-	memcpy(dst, (const void *)(uintptr_t)src, n);
-	return OK;
+	return copy_or_hold(s, dst, (const void *)(uintptr_t)src, n, 0);
 }
 
-static inline __attribute__((always_inline)) CUresult dtod(CUdeviceptr dst, CUdeviceptr src, size_t n)
+static inline __attribute__((always_inline)) CUresult dtod(CUdeviceptr dst, CUdeviceptr src, size_t n, CUstream s)
 {
 	REQUIRE_CTX();
 	run_held();
@@ -1178,98 +1180,70 @@ static inline __attribute__((always_inline)) CUresult dtod(CUdeviceptr dst, CUde
 		return OK;
 	if (!device_span_ok(dst, n) || !device_span_ok(src, n))
 		return E_INVALID_VALUE;
-	memmove((void *)(uintptr_t)dst, (const void *)(uintptr_t)src, n);
-	return OK;
+	return copy_or_hold(s, (void *)(uintptr_t)dst, (const void *)(uintptr_t)src, n, 0);
 }
 
 static inline __attribute__((always_inline)) CUresult impl_cuMemcpyHtoD_v2(CUdeviceptr dstDevice, const void *srcHost, size_t ByteCount)
 {
 	STAT(S_HTOD);
-	return htod(dstDevice, srcHost, ByteCount);
+	return htod(dstDevice, srcHost, ByteCount, NULL);
 }
 
 static inline __attribute__((always_inline)) CUresult impl_cuMemcpyDtoH_v2(void *dstHost, CUdeviceptr srcDevice, size_t ByteCount)
 {
 	STAT(S_DTOH);
-	return dtoh(dstHost, srcDevice, ByteCount);
+	return dtoh(dstHost, srcDevice, ByteCount, NULL);
 }
 
 static inline __attribute__((always_inline)) CUresult impl_cuMemcpyDtoD_v2(CUdeviceptr dstDevice, CUdeviceptr srcDevice, size_t ByteCount)
 {
 	STAT(S_DTOD);
-	return dtod(dstDevice, srcDevice, ByteCount);
+	return dtod(dstDevice, srcDevice, ByteCount, NULL);
 }
 
 static inline __attribute__((always_inline)) CUresult impl_cuMemcpyHtoD_v2_ptds(CUdeviceptr dstDevice, const void *srcHost, size_t ByteCount)
 {
 	STAT(S_HTOD);
-	return htod(dstDevice, srcHost, ByteCount);
+	return htod(dstDevice, srcHost, ByteCount, NULL);
 }
 
 static inline __attribute__((always_inline)) CUresult impl_cuMemcpyDtoH_v2_ptds(void *dstHost, CUdeviceptr srcDevice, size_t ByteCount)
 {
 	STAT(S_DTOH);
-	return dtoh(dstHost, srcDevice, ByteCount);
+	return dtoh(dstHost, srcDevice, ByteCount, NULL);
 }
 
 static inline __attribute__((always_inline)) CUresult impl_cuMemcpyDtoD_v2_ptds(CUdeviceptr dstDevice, CUdeviceptr srcDevice, size_t ByteCount)
 {
 	STAT(S_DTOD);
-	return dtod(dstDevice, srcDevice, ByteCount);
+	return dtod(dstDevice, srcDevice, ByteCount, NULL);
 }
 
 static inline __attribute__((always_inline)) CUresult impl_cuMemcpyHtoDAsync_v2(CUdeviceptr dstDevice, const void *srcHost, size_t ByteCount,
 		CUstream hStream)
 {
-	int held;
-
 	STAT(S_HTOD_ASYNC);
 	if (!valid_stream(hStream))
 		return E_INVALID_HANDLE;
-	run_held();
-	REQUIRE_CTX();
-	if (ByteCount && (!srcHost || !device_span_ok(dstDevice, ByteCount)))
-		return E_INVALID_VALUE;
-	held = copy_held(hStream, (void *)(uintptr_t)dstDevice, srcHost, ByteCount, 1);
-	if (held < 0)
-		return E_OUT_OF_MEMORY;
-	return held ? OK : htod(dstDevice, srcHost, ByteCount);
+	return htod(dstDevice, srcHost, ByteCount, hStream);
 }
 
 static inline __attribute__((always_inline)) CUresult impl_cuMemcpyDtoHAsync_v2(void *dstHost, CUdeviceptr srcDevice, size_t ByteCount,
 		CUstream hStream)
 {
-	int held;
-
 	STAT(S_DTOH_ASYNC);
 	if (!valid_stream(hStream))
 		return E_INVALID_HANDLE;
-	run_held();
-	REQUIRE_CTX();
-	if (ByteCount && (!dstHost || !device_span_ok(srcDevice, ByteCount)))
-		return E_INVALID_VALUE;
-	held = copy_held(hStream, dstHost, (const void *)(uintptr_t)srcDevice, ByteCount, 0);
-	if (held < 0)
-		return E_OUT_OF_MEMORY;
-	return held ? OK : dtoh(dstHost, srcDevice, ByteCount);
+	return dtoh(dstHost, srcDevice, ByteCount, hStream);
 }
 
 static inline __attribute__((always_inline)) CUresult impl_cuMemcpyDtoDAsync_v2(CUdeviceptr dstDevice, CUdeviceptr srcDevice, size_t ByteCount,
 		CUstream hStream)
 {
-	int held;
-
 	STAT(S_DTOD_ASYNC);
 	if (!valid_stream(hStream))
 		return E_INVALID_HANDLE;
-	run_held();
-	REQUIRE_CTX();
-	if (ByteCount && (!device_span_ok(dstDevice, ByteCount) || !device_span_ok(srcDevice, ByteCount)))
-		return E_INVALID_VALUE;
-	held = copy_held(hStream, (void *)(uintptr_t)dstDevice, (const void *)(uintptr_t)srcDevice, ByteCount, 0);
-	if (held < 0)
-		return E_OUT_OF_MEMORY;
-	return held ? OK : dtod(dstDevice, srcDevice, ByteCount);
+	return dtod(dstDevice, srcDevice, ByteCount, hStream);
 }
 
 static inline __attribute__((always_inline)) CUresult impl_cuMemcpyHtoDAsync_v2_ptsz(CUdeviceptr dstDevice, const void *srcHost,
@@ -1352,10 +1326,7 @@ static inline __attribute__((always_inline)) CUresult impl_cuStreamSynchronize(C
 		run_held();
 		if (!stream_holds(hStream))
 			return OK;
-		if (++polls & 63)
-			__builtin_ia32_pause();
-		else
-			sched_yield();
+		wait_turn(&polls);
 	}
 }
 

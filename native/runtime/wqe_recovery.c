@@ -171,14 +171,20 @@ static void q_drop_upto(struct wqe_rec *r, uint64_t pi)
 /* ---- copies, sync, parse ------------------------------------------------------------------ */
 
 /* Copy blocks [from, to) (at most one ring) into the mirror: one copy, two where the range wraps. */
+/* Of blocks [from, to), those before the end of the ring: their count, and in *off the byte
+ * offset where they start (in the ring and in its mirror alike). */
+static uint64_t ring_run(const struct wqe_rec *r, uint64_t from, uint64_t to, size_t *off)
+{
+    uint32_t slot = (uint32_t)(from & (r->slots - 1));
+    *off = (size_t)slot << MLX5_BB_SHIFT;
+    return to - from < r->slots - slot ? to - from : r->slots - slot;
+}
+
 static void copy_range(struct wqe_rec *r, uint64_t from, uint64_t to)
 {
     while (from < to) {
-        uint32_t slot = (uint32_t)(from & (r->slots - 1));
-        uint64_t n = to - from;
-        if (n > r->slots - slot)
-            n = r->slots - slot;
-        size_t off = (size_t)slot << MLX5_BB_SHIFT;
+        size_t off;
+        uint64_t n = ring_run(r, from, to, &off);
         if (r->cp->copy(r->cp, r->mirror + off, r->sq_addr + off, (size_t)n << MLX5_BB_SHIFT) != 0) {
             if (r->copy_errors++ == 0)
                 db_error("wqe_recovery", "copy of %llu send-queue blocks of qp 0x%x failed; they will be counted as lost",
@@ -265,9 +271,8 @@ int wqe_rec_arm(struct wqe_rec *r)
     size_t len[2];
     int nseg = 0;
     for (uint64_t from = r->copied, to = r->copied + n; from < to && nseg < 2; nseg++) {
-        uint32_t slot = (uint32_t)(from & (r->slots - 1));
-        uint64_t k = to - from < r->slots - slot ? to - from : r->slots - slot;
-        size_t off = (size_t)slot << MLX5_BB_SHIFT;
+        size_t off;
+        uint64_t k = ring_run(r, from, to, &off);
         dst[nseg] = r->mirror + off;
         src[nseg] = r->sq_addr + off;
         len[nseg] = (size_t)k << MLX5_BB_SHIFT;

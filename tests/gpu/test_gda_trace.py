@@ -395,18 +395,6 @@ def test_attach_after_the_doorbells_are_mapped_says_which_pages_it_cannot_watch(
     assert {u["reg_addr"] for u in report["uars"]["unwatched"]} == unwatched
 
 
-def _read_until(pipe, text: str, timeout: float) -> str:
-    import select
-    buf, deadline = b"", time.monotonic() + timeout
-    while text.encode() not in buf and time.monotonic() < deadline:
-        if select.select([pipe], [], [], 0.2)[0]:
-            chunk = os.read(pipe.fileno(), 65536)
-            if not chunk:
-                break
-            buf += chunk
-    return buf.decode(errors="replace")
-
-
 def test_attach_between_two_pairs_traces_the_second_only(tmp_path):
     """Two QP pairs taking turns in one process: the first is set up (CUDA initialised, its
     doorbell mapped) before `sigmatrace attach`, the second after.  The first pair's page is named
@@ -423,11 +411,11 @@ def test_attach_between_two_pairs_traces_the_second_only(tmp_path):
                             env=_env(), stderr=subprocess.PIPE, start_new_session=True)
     att = None
     try:
-        assert "first pair ready" in _read_until(prog.stderr, "first pair ready", 60)
+        assert gda.FIRST_PAIR_READY in gda.read_until(prog.stderr, gda.FIRST_PAIR_READY, 60)
         att = subprocess.Popen([sys.executable, "-m", "sigmatrace.cli.main", "attach", "--pid", str(prog.pid),
                                 "--out", str(trace)], env=_env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-        said = _read_until(att.stderr, "Ctrl-C stops tracing", 120)
-        assert "Ctrl-C stops tracing" in said, said
+        said = gda.read_until(att.stderr, gda.ATTACH_READY, 120)
+        assert gda.ATTACH_READY in said, said
         gate.touch()
         assert prog.wait(timeout=120) == 0
         assert att.wait(timeout=120) == 0
