@@ -45,8 +45,8 @@ def matrix(
 ) -> None:
     from rich.table import Table
 
-    from ..correlate.correlator import Correlator
     from ..correlate.matrix import UNRESOLVED, build
+    from ..correlate.model import RunModel
     from ..export.heatmap import draw, human_bytes
     from ..export.summary import show_drops, show_problems
     from ..export.ui import RichUI
@@ -54,8 +54,8 @@ def matrix(
 
     err = Console(stderr=True)
     with RichUI(err) as progress:
-        c = Correlator(traces, progress)
-        m = build(c, by.value)
+        model = RunModel.load(traces, progress)
+        m = build(model, by.value)
     out = Console()
     t = Table(title=f"bytes (ops) by {by.value}: rows send to columns", title_justify="left", show_edge=False)
     t.add_column("source \\ destination", overflow="fold")
@@ -86,5 +86,5 @@ def matrix(
     if png is not None:
         draw(m, png, metric.value)
         err.print(f"heatmap written to {png}")
-    show_drops(err, c)
-    show_problems(err, c.problems)
+    show_drops(err, model)
+    show_problems(err, model.problems)

@@ -19,9 +19,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from .. import __version__
-from ..correlate.correlator import Correlator
 from ..correlate.events import Batch
-from ..correlate.pipeline import Sink
+from ..correlate.model import RunModel
+from ..correlate.output import Output
 from ..correlate.traceset import Proc
 from ..decode import names as N
 from ..trace import format as fmt
@@ -94,7 +94,7 @@ _STATS_COLUMNS = ["ts_ns"]
 _SPLIT_COLUMNS = ["ts_ns", "bytes", "remote_addr", "local_addr", "doorbell_ns", "raw"]
 
 
-class ParquetSink(Sink):
+class ParquetOutput(Output):
     name = "parquet"
     needs_endpoints = False        # QP properties live in qps, not in every row
 
@@ -106,10 +106,10 @@ class ParquetSink(Sink):
         self.row_group = row_group
         self.rows = {t: 0 for t in TABLES}
 
-    def begin(self, c: Correlator, counts) -> None:
-        self.c = c
+    def begin(self, model: RunModel) -> None:
+        self.model = model
         make_dir(self.dir)
-        self.hosts = sorted({p.host for p in c.procs})
+        self.hosts = sorted({p.host for p in model.procs})
         self.host_dict = pa.array(self.hosts, pa.string())
         self.host_idx = {h: i for i, h in enumerate(self.hosts)}
         self.kind_dict = pa.array(KINDS, pa.string())
@@ -232,7 +232,7 @@ class ParquetSink(Sink):
 
     # ---- small tables --------------------------------------------------------------------------
 
-    def end(self, problems: list[Problem]) -> dict:
+    def finish(self, problems: list[Problem]) -> dict:
         self._flush("ops", OPS_SCHEMA)
         self._flush("doorbells", DOORBELLS_SCHEMA)
         for name, schema in (("ops", OPS_SCHEMA), ("doorbells", DOORBELLS_SCHEMA)):
@@ -247,10 +247,13 @@ class ParquetSink(Sink):
         for f in self.dir.iterdir():
             os.chmod(f, FILE_MODE)
         os.chmod(self.dir, DIR_MODE)
-        traces = [str(td.path.resolve()) for td in self.c.traces.dirs]
+        traces = [str(td.path.resolve()) for td in self.model.traces.dirs]
         write_json(self.dir / MARKER, {"key": self.key or fingerprint(traces, [self.dir]), "traces": traces,
                                        "sigmatrace_version": __version__, "rows": dict(self.rows)})
         return {"format": "parquet", "path": str(self.dir), "rows": dict(self.rows)}
+
+    def describe(self, summary: dict) -> str:
+        return ", ".join(f"{k} {v:,}" for k, v in summary["rows"].items())
 
     def _small(self, name: str, table: pa.Table) -> None:
         pq.write_table(table, str(self.dir / f"{name}.parquet"), compression=self.compression)
@@ -258,8 +261,8 @@ class ParquetSink(Sink):
 
     def _calls(self) -> pa.Table:
         rows = {k: [] for k in ("host", "pid", "tid", "ts_ns", "fn", "ev", "ret", "qpn", "args")}
-        for p in self.c.procs:
-            ns = self.c.traces.cold_ns(p)
+        for p in self.model.procs:
+            ns = self.model.traces.cold_ns(p)
             for e, t in zip(p.cold, ns.tolist()):
                 if not e.get("fn"):
                     continue
@@ -281,8 +284,8 @@ class ParquetSink(Sink):
                          "args": pa.array(rows["args"], pa.string())})
 
     def _qps(self) -> pa.Table:
-        topo = self.c.topology
-        procs = self.c.procs
+        topo = self.model.topology
+        procs = self.model.procs
         rows = []
         for q in topo.qps:
             p = procs[q.proc]
@@ -304,8 +307,8 @@ class ParquetSink(Sink):
 
     def _mrs(self) -> pa.Table:
         rows = []
-        for p in self.c.procs:
-            ns = self.c.traces.cold_ns(p)
+        for p in self.model.procs:
+            ns = self.model.traces.cold_ns(p)
             live: dict[int, dict] = {}
             for e, t in zip(p.cold, ns.tolist()):
                 if e.get("ev") == "mr_reg":
@@ -326,7 +329,7 @@ class ParquetSink(Sink):
 
     def _processes(self) -> pa.Table:
         rows = []
-        for p in self.c.procs:
+        for p in self.model.procs:
             h = p.live.header if p.live is not None else None
             rows.append({
                 "host": p.host, "pid": p.pid, "rank": p.rank, "trace": str(p.trace.path),

@@ -14,12 +14,12 @@ import os
 import shutil
 from pathlib import Path
 
-from ..correlate.correlator import Correlator
-from ..correlate.pipeline import run
+from ..correlate.model import RunModel
+from ..correlate.output import write
 from ..correlate.progress import SILENT, Progress
 from ..errors import SigmatraceError, UsageError
 from ..trace.writer import make_dir
-from .parquet import MARKER, TABLES, ParquetSink, fingerprint
+from .parquet import MARKER, TABLES, ParquetOutput, fingerprint
 
 # what the ops and doorbells views add to their files: the QP's GPU and peer (stored once, in
 # qps) and flags spelled out
@@ -54,8 +54,7 @@ def build_tables(paths: list[str | os.PathLike], directory: Path, progress: Prog
     key = fingerprint(paths)
     tmp = directory.with_name(directory.name + ".building")
     shutil.rmtree(tmp, ignore_errors=True)
-    c = Correlator(paths, progress)
-    res = run(c, [ParquetSink(tmp, key=key)])
+    res = write(RunModel.load(paths, progress), [ParquetOutput(tmp, key=key)])
     if directory.exists():
         shutil.rmtree(directory)
     os.replace(tmp, directory)
