@@ -83,25 +83,46 @@ def ensure_tables(paths: list[str | os.PathLike], parquet_dir: str | os.PathLike
     return d, None
 
 
-def connect(directory: Path):
-    """A DuckDB connection with one view per table."""
+# statements that write files even where DuckDB may read them (the tables themselves)
+WRITING_STATEMENTS = ("COPY", "EXPORT")
+LOCKED_HINT = "sigmatrace sql reads only the trace's tables; --allow-files lets a query use other files"
+
+
+def connect(directory: Path, allow_files: bool = False):
+    """A DuckDB connection with one view per table.  Unless `allow_files`, the connection is then
+    locked: it reads the tables' files and nothing else (no other file, no ATTACH, no extension
+    installed or loaded, no setting changed back)."""
     import duckdb
     con = duckdb.connect()
     qps = str(directory / "qps.parquet").replace("'", "''")
+    files = []
     for t in TABLES:
         f = directory / f"{t}.parquet"
         if f.exists():
             lit = str(f).replace("'", "''")
+            files.append(f"'{lit}'")
             body = VIEWS.get(t, "SELECT * FROM read_parquet('{file}')").format(file=lit, qps=qps)
             con.execute(f"CREATE VIEW {t} AS {body}")
+    if not allow_files:
+        con.execute(f"SET allowed_paths = [{', '.join(files)}]")
+        con.execute("SET enable_external_access = false")
+        con.execute("SET autoinstall_known_extensions = false")
+        con.execute("SET autoload_known_extensions = false")
+        con.execute("SET lock_configuration = true")
     return con
 
 
-def query(con, sql: str):
+def query(con, sql: str, allow_files: bool = False):
     """Run `sql`; our error for a bad query (one line, with DuckDB's reason)."""
     import duckdb
     try:
+        if not allow_files:
+            for st in con.extract_statements(sql):
+                if st.type.name in WRITING_STATEMENTS:
+                    raise SigmatraceError(f"SQL error: {st.type.name} writes files", hint=LOCKED_HINT)
         return con.sql(sql)
+    except duckdb.PermissionException as e:
+        raise SigmatraceError(f"SQL error: {str(e).splitlines()[0]}", hint=LOCKED_HINT) from None
     except duckdb.Error as e:
         raise SigmatraceError(f"SQL error: {str(e).splitlines()[0]}",
                               hint="tables: " + ", ".join(TABLES) + " (docs/export.md has their columns)") from None
