@@ -53,6 +53,7 @@ def _command():
 def run_export(traces: list[Path], quiet: bool, paths: dict[str, Path]) -> None:
     from ..correlate.model import RunModel
     from ..correlate.output import write
+    from ..export.outfile import os_error
     from ..export.summary import show_drops, show_flow_caveat, show_problems
     from ..export.ui import RichUI
 
@@ -60,9 +61,12 @@ def run_export(traces: list[Path], quiet: bool, paths: dict[str, Path]) -> None:
         paths = {DEFAULT: Path(f"{traces[0].resolve().name}{DEFAULT_SUFFIX}")}
     outputs = [BY_NAME[name].make(path) for name, path in paths.items()]
     console = Console(stderr=True)
-    with RichUI(console, quiet) as progress:
-        model = RunModel.load(traces, progress)
-        res = write(model, outputs)
+    try:
+        with RichUI(console, quiet) as progress:
+            model = RunModel.load(traces, progress)
+            res = write(model, outputs)
+    except OSError as e:
+        raise os_error(e) from None
     if quiet:
         return
     out = Console()

@@ -14,7 +14,7 @@ from ..correlate.model import RunModel
 from ..correlate.output import Correlated, Output
 from ..correlate.volume import Volume
 from ..trace.reader import Problem
-from ..trace.writer import FILE_MODE
+from .outfile import open_output
 
 FORMAT = "sigmatrace-aggregate"
 VERSION = 1
@@ -31,6 +31,7 @@ class JsonOutput(Output):
 
     def begin(self, model: RunModel) -> None:
         self.model = model
+        self.f = open_output(self.path, "w")          # before the records are read: a bad path fails first
         self.volume.begin(model)
 
     def add(self, part: Correlated) -> None:
@@ -39,8 +40,7 @@ class JsonOutput(Output):
     def finish(self, problems: list[Problem]) -> dict:
         self.volume.finish(problems)
         doc = document(self.model, self.volume, problems)
-        fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, FILE_MODE)
-        with os.fdopen(fd, "w") as f:
+        with self.f as f:
             json.dump(doc, f, indent=1)
             f.write("\n")
         return {"format": "json", "path": str(self.path), "qps": len(doc["qps"]), "gpus": len(doc["gpus"])}

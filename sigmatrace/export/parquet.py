@@ -26,7 +26,7 @@ from ..correlate.traceset import Proc
 from ..decode import names as N
 from ..trace import format as fmt
 from ..trace.reader import Problem
-from ..trace.writer import DIR_MODE, FILE_MODE, make_dir, write_json
+from .outfile import open_output, output_dir, write_json_output
 
 RT = fmt.RecType
 MARKER = "sigmatrace-tables.json"      # written last: the tables are complete
@@ -108,7 +108,8 @@ class ParquetOutput(Output):
 
     def begin(self, model: RunModel) -> None:
         self.model = model
-        make_dir(self.dir)
+        output_dir(self.dir)
+        self.files: list = []          # our handles on the files the writers write (closed at the end)
         self.hosts = sorted({p.host for p in model.procs})
         self.host_dict = pa.array(self.hosts, pa.string())
         self.host_idx = {h: i for i, h in enumerate(self.hosts)}
@@ -124,10 +125,9 @@ class ParquetOutput(Output):
     def _writer(self, table: str, schema: pa.Schema) -> pq.ParquetWriter:
         w = self.writers.get(table)
         if w is None:
-            path = self.dir / f"{table}.parquet"
-            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, FILE_MODE)
-            os.close(fd)
-            w = pq.ParquetWriter(str(path), schema, compression=self.compression,
+            f = open_output(self.dir / f"{table}.parquet")
+            self.files.append(f)
+            w = pq.ParquetWriter(f, schema, compression=self.compression,
                                  use_dictionary=[c for c in _DICT_COLUMNS if c in schema.names],
                                  column_encoding={c: "BYTE_STREAM_SPLIT" for c in _SPLIT_COLUMNS if c in schema.names},
                                  write_statistics=_STATS_COLUMNS, data_page_version="2.0")
@@ -237,6 +237,8 @@ class ParquetOutput(Output):
         self._flush("doorbells", DOORBELLS_SCHEMA)
         for name, schema in (("ops", OPS_SCHEMA), ("doorbells", DOORBELLS_SCHEMA)):
             self._writer(name, schema).close()
+        for f in self.files:
+            f.close()
         self._small("calls", self._calls())
         self._small("qps", self._qps())
         self._small("mrs", self._mrs())
@@ -244,19 +246,18 @@ class ParquetOutput(Output):
         self._small("problems", pa.table({"path": pa.array([str(pr.path) for pr in problems], pa.string()),
                                           "offset": pa.array([pr.offset for pr in problems], pa.int64()),
                                           "what": pa.array([pr.what for pr in problems], pa.string())}))
-        for f in self.dir.iterdir():
-            os.chmod(f, FILE_MODE)
-        os.chmod(self.dir, DIR_MODE)
         traces = [str(td.path.resolve()) for td in self.model.traces.dirs]
-        write_json(self.dir / MARKER, {"key": self.key or fingerprint(traces, [self.dir]), "traces": traces,
-                                       "sigmatrace_version": __version__, "rows": dict(self.rows)})
+        marker = {"key": self.key or fingerprint(traces, [self.dir]), "traces": traces,
+                  "sigmatrace_version": __version__, "rows": dict(self.rows)}
+        write_json_output(self.dir / MARKER, marker, indent=2, sort_keys=True)
         return {"format": "parquet", "path": str(self.dir), "rows": dict(self.rows)}
 
     def describe(self, summary: dict) -> str:
         return ", ".join(f"{k} {v:,}" for k, v in summary["rows"].items())
 
     def _small(self, name: str, table: pa.Table) -> None:
-        pq.write_table(table, str(self.dir / f"{name}.parquet"), compression=self.compression)
+        with open_output(self.dir / f"{name}.parquet") as f:
+            pq.write_table(table, f, compression=self.compression)
         self.rows[name] = table.num_rows
 
     def _calls(self) -> pa.Table:

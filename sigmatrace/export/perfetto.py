@@ -37,8 +37,8 @@ from ..correlate.traceset import Proc
 from ..decode import names as N
 from ..trace import format as fmt
 from ..trace.reader import Problem
-from ..trace.writer import FILE_MODE
 from . import protoenc as pe
+from .outfile import open_output
 
 RT = fmt.RecType
 HOT_SEQ, COLD_SEQ = 1, 2
@@ -90,8 +90,7 @@ class PerfettoOutput(Output):
     def begin(self, model: RunModel) -> None:
         self.model = model
         self.topo = model.topology
-        fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, FILE_MODE)
-        self.f = os.fdopen(fd, "wb", buffering=1 << 22)
+        self.f = open_output(self.path, "wb", buffering=1 << 22)
         self.described: set[int] = set()
         self.uuids: dict[tuple[int, int, int], int] = {}
         self.ids = DisplayIds(model.procs)
