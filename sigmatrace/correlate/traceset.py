@@ -93,10 +93,10 @@ class Proc:
 class TraceSet:
     """Every process of the given trace directories, ready for correlation."""
 
-    def __init__(self, paths: list[str | os.PathLike], progress: Progress = SILENT):
+    def __init__(self, paths: list[str | os.PathLike | TraceDir], progress: Progress = SILENT):
         if not paths:
             raise TraceFormatError("no trace directory given")
-        self.dirs = [TraceDir(p) for p in paths]
+        self.dirs = [p if isinstance(p, TraceDir) else TraceDir(p) for p in paths]
         self._problems: dict[tuple, Problem] = {}
         self.procs: list[Proc] = []
         seen: dict[tuple[str, str], Path] = {}

@@ -22,21 +22,21 @@ class OutputFormat:
     flags: tuple[str, ...]  # command-line option(s)
     metavar: str
     help: str
-    target: str             # "module:Class", relative to this package
+    target: str             # "package.module:Class"
 
     def make(self, path: str | os.PathLike) -> Output:
         module, _, cls = self.target.partition(":")
-        return getattr(importlib.import_module(f"{__package__}.{module}"), cls)(path)
+        return getattr(importlib.import_module(module), cls)(path)
 
 
 FORMATS = (
     OutputFormat("perfetto", ("--perfetto", "-p"), "OUT.pftrace", "Write a Perfetto protobuf trace.",
-                 "perfetto:PerfettoOutput"),
+                 "sigmatrace.export.perfetto:PerfettoOutput"),
     OutputFormat("parquet", ("--parquet",), "DIR",
                  "Write Parquet tables (ops, doorbells, calls, qps, mrs, processes, problems).",
-                 "parquet:ParquetOutput"),
+                 "sigmatrace.export.parquet:ParquetOutput"),
     OutputFormat("json", ("--json",), "OUT.json", "Write aggregate JSON (per-QP and per-GPU volume, matrices).",
-                 "json:JsonOutput"),
+                 "sigmatrace.export.json:JsonOutput"),
 )
 BY_NAME = {f.name: f for f in FORMATS}
 DEFAULT = "perfetto"          # written to TRACE.pftrace when no format is asked for

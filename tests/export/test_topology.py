@@ -133,3 +133,25 @@ def test_qps_made_before_attach_get_no_flows(two_nodes, tmp_path):
     out, end = parse_perfetto(tmp_path / "x.pftrace").flows()
     # only node-a's own signaled WRs -> completions remain (50 sends + 3 writes)
     assert len(out) == len(end) == 53
+
+
+def test_report_pairs_qps_as_the_exports_do(tmp_path):
+    """`report` takes each QP's peer from the run model: a QP whose own peer's connection was
+    not recorded is still paired by its remote number and address, as export pairs it (the
+    report's own name-each-other rule used to leave both unpaired)."""
+    from sigmatrace.report import build_report
+    from sigmatrace.trace.reader import TraceDir
+    from sigmatrace.trace.synth import SynthTrace
+    t = SynthTrace(5)
+    a, b = t.process("n", 10), t.process("n", 20)
+    qa, qb = t.rc_pair(a, b)
+    t.rdma_writes(qa, 3, size=100)
+    [d] = t.write(tmp_path / "run")
+    cold = d / "p20" / "cold.jsonl"
+    lines = [json.loads(x) for x in cold.read_text().splitlines()]
+    cold.write_text("".join(json.dumps(e) + "\n" for e in lines if not (e["ev"] == "qp_modify" and "dest_qpn" in e)))
+    model = RunModel.load([d])
+    assert _peers(model) == {("n", qa.qpn): ("n", qb.qpn), ("n", qb.qpn): None}
+    rep = build_report(TraceDir(d))
+    assert [(q["pid"], q["qpn"], q["remote_qpn"], q["remote_pid"]) for q in rep["qps"]] == \
+        [(10, qa.qpn, qb.qpn, 20), (20, qb.qpn, None, None)]
