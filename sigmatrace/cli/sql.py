@@ -44,6 +44,7 @@ def sql(
                                           "extensions (by default it reads only the trace's tables)."),
 ) -> None:
     from ..errors import UsageError
+    from ..export.outfile import os_error
     from ..export.sql import connect, ensure_tables, query
     from ..export.summary import show_problems
     from ..export.ui import RichUI
@@ -52,8 +53,11 @@ def sql(
     if not q.strip():
         raise UsageError("empty query")
     err = Console(stderr=True)
-    with RichUI(err, quiet=False) as progress:
-        directory, built = ensure_tables([Path(t) for t in traces], parquet, progress)
+    try:
+        with RichUI(err, quiet=False) as progress:
+            directory, built = ensure_tables([Path(t) for t in traces], parquet, progress, rebuild)
+    except OSError as e:
+        raise os_error(e) from None
     if built is not None:
         show_problems(err, built.problems)
     con = connect(directory, allow_files)

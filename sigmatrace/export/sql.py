@@ -19,6 +19,7 @@ from ..correlate.output import write
 from ..correlate.progress import SILENT, Progress
 from ..errors import SigmatraceError, UsageError
 from ..trace.writer import make_dir
+from .outfile import OutputError
 from .parquet import MARKER, TABLES, ParquetOutput, fingerprint
 
 # what the ops and doorbells views add to their files: the QP's GPU and peer (stored once, in
@@ -52,13 +53,31 @@ def tables_ready(directory: Path, key: str | None = None) -> bool:
 def build_tables(paths: list[str | os.PathLike], directory: Path, progress: Progress = SILENT) -> dict:
     """Export the traces' Parquet tables into `directory` (and mark it complete)."""
     key = fingerprint(paths)
+    _replaceable(directory)
     tmp = directory.with_name(directory.name + ".building")
+    if tmp.is_symlink():
+        tmp.unlink()
     shutil.rmtree(tmp, ignore_errors=True)
     res = write(RunModel.load(paths, progress), [ParquetOutput(tmp, key=key)])
     if directory.exists():
         shutil.rmtree(directory)
     os.replace(tmp, directory)
     return {"result": res, "key": key}
+
+
+def _replaceable(directory: Path) -> None:
+    """Tables are built anew where nothing is, or in place of tables of ours: never over a link,
+    a file, or a directory holding anything else (it would be deleted)."""
+    if directory.is_symlink():
+        raise OutputError(f"cannot write into {directory}: it is a symbolic link (not followed)",
+                          hint="give the directory itself")
+    if not directory.exists():
+        return
+    if not directory.is_dir():
+        raise OutputError(f"cannot write into {directory}: it exists and is not a directory", hint="choose a directory")
+    if not (directory / MARKER).exists() and any(directory.iterdir()):
+        raise OutputError(f"{directory} holds files that are not sigmatrace tables",
+                          hint="give a new or empty directory to --parquet")
 
 
 def ensure_tables(paths: list[str | os.PathLike], parquet_dir: str | os.PathLike | None,

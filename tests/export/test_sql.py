@@ -171,3 +171,34 @@ def test_allow_files_lifts_the_lock(tmp_path, env):
     assert rows(env, *dirs, f"SELECT * FROM read_csv('{data}')", "--allow-files") == [{"a": 1, "b": 2}]
     sql(env, *dirs, f"COPY (SELECT 7 AS x) TO '{tmp_path}/y.csv'", "--allow-files")
     assert (tmp_path / "y.csv").read_text().splitlines() == ["x", "7"]
+
+
+def test_tables_never_replace_what_is_not_ours(tmp_path, env):
+    """--parquet DIR is built anew only where nothing is or where our tables are: a directory
+    of other files (it used to be deleted whole), a file or a link is one line of error."""
+    t, dirs = build_two_nodes(tmp_path / "run")
+    q = "SELECT count(*) AS n FROM doorbells"
+    theirs = tmp_path / "theirs"
+    theirs.mkdir()
+    (theirs / "notes.txt").write_text("mine\n")
+    (tmp_path / "file").write_text("mine\n")
+    (tmp_path / "link").symlink_to(theirs)
+    for target, words in ((theirs, "not sigmatrace tables"), (tmp_path / "file", "not a directory"),
+                          (tmp_path / "link", "symbolic link")):
+        r = sql(env, *dirs, q, "--parquet", target, check=False)
+        assert r.returncode == 1 and words in r.stderr and "Traceback" not in r.stderr, r.stderr
+        assert len(r.stderr.strip().splitlines()) == 1
+    assert [p.name for p in theirs.iterdir()] == ["notes.txt"] and (theirs / "notes.txt").read_text() == "mine\n"
+    assert (tmp_path / "file").read_text() == "mine\n"
+
+
+def test_rebuild_builds_the_tables_again(tmp_path, env):
+    t, dirs = build_two_nodes(tmp_path / "run")
+    tables = tmp_path / "tables"
+    q = "SELECT count(*) AS n FROM doorbells"
+    assert rows(env, *dirs, q, "--parquet", tables) == [{"n": 26}]
+    marker = tables / "sigmatrace-tables.json"
+    stamp = marker.stat().st_mtime_ns
+    assert rows(env, *dirs, q, "--parquet", tables) == [{"n": 26}] and marker.stat().st_mtime_ns == stamp
+    assert rows(env, *dirs, q, "--parquet", tables, "--rebuild") == [{"n": 26}]
+    assert marker.stat().st_mtime_ns != stamp
