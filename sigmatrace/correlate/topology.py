@@ -297,7 +297,6 @@ class Topology:
 
     # ---- lookups -----------------------------------------------------------------------------
 
-
     def endpoint(self, proc: int, qpn: np.ndarray) -> np.ndarray:
         """Endpoint index of each (proc, qpn), -1 where the QP is unknown."""
         q = np.asarray(qpn).astype(np.uint64)
