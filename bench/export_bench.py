@@ -79,8 +79,8 @@ def peak_rss() -> int:
 
 def measure(kind: str, dirs: list[str], out: Path, chunk: int | None) -> dict:
     """One measurement in this process; returns the figures."""
-    from sigmatrace.correlate.correlator import DEFAULT_CHUNK, Correlator
-    from sigmatrace.correlate.pipeline import run
+    from sigmatrace.correlate.model import DEFAULT_CHUNK, RunModel
+    from sigmatrace.correlate.output import write
     from sigmatrace.trace.reader import StreamFile, TraceDir
 
     chunk = chunk or DEFAULT_CHUNK
@@ -93,19 +93,19 @@ def measure(kind: str, dirs: list[str], out: Path, chunk: int | None) -> dict:
                     for recs in s.chunks(chunk):
                         records += len(recs)
     else:
-        c = Correlator(dirs, chunk_records=chunk)
+        c = RunModel.load(dirs, chunk_records=chunk)
         records = c.total_records()
         if kind == "events":
             for p in c.procs:
                 for b in c.batches(p):
                     pass
         elif kind == "parquet":
-            from sigmatrace.export.parquet import ParquetSink
+            from sigmatrace.export.parquet import ParquetOutput
             shutil.rmtree(out / "tables", ignore_errors=True)
-            run(c, [ParquetSink(out / "tables")])
+            write(c, [ParquetOutput(out / "tables")])
         else:
-            from sigmatrace.export.perfetto import PerfettoSink
-            run(c, [PerfettoSink(out / "trace.pftrace")])
+            from sigmatrace.export.perfetto import PerfettoOutput
+            write(c, [PerfettoOutput(out / "trace.pftrace")])
     wall, cpu = time.perf_counter() - w0, time.process_time() - c0
     rss = peak_rss()
     size = 0

@@ -43,19 +43,32 @@ def matrix(
     png: Path | None = typer.Option(None, "--png", metavar="OUT", help="Draw the matrix as a heatmap PNG."),
     metric: Metric = typer.Option(Metric.bytes, "--metric", help="What the PNG shows."),
 ) -> None:
-    from rich.table import Table
-
-    from ..correlate.correlator import Correlator
-    from ..correlate.matrix import UNRESOLVED, build
-    from ..export.heatmap import draw, human_bytes
+    from ..correlate.matrix import build
+    from ..correlate.model import RunModel
+    from ..export.outfile import os_error
     from ..export.summary import show_drops, show_problems
     from ..export.ui import RichUI
-    from ..trace.writer import FILE_MODE
 
     err = Console(stderr=True)
-    with RichUI(err) as progress:
-        c = Correlator(traces, progress)
-        m = build(c, by.value)
+    try:
+        with RichUI(err) as progress:
+            model = RunModel.load(traces, progress)
+            m = build(model, by.value)
+        _show(m, by, json_out, png, metric, err)
+    except OSError as e:
+        raise os_error(e) from None
+    show_drops(err, model)
+    show_problems(err, model.problems)
+
+
+def _show(m, by: By, json_out: Path | None, png: Path | None, metric: Metric, err: Console) -> None:
+    """The matrix as a table on stdout, and into the files asked for."""
+    from rich.table import Table
+
+    from ..correlate.matrix import UNRESOLVED
+    from ..export.heatmap import draw, human_bytes
+    from ..export.outfile import write_json_output
+
     out = Console()
     t = Table(title=f"bytes (ops) by {by.value}: rows send to columns", title_justify="left", show_edge=False)
     t.add_column("source \\ destination", overflow="fold")
@@ -76,15 +89,8 @@ def matrix(
     out.print(t)
     out.print(f"total: {m.total_bytes:,} bytes in {m.total_ops:,} operations", soft_wrap=True)
     if json_out is not None:
-        import json
-        import os
-        fd = os.open(json_out, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, FILE_MODE)
-        with os.fdopen(fd, "w") as f:
-            json.dump(m.to_json(), f, indent=1)
-            f.write("\n")
+        write_json_output(json_out, m.to_json())
         err.print(f"matrix written to {json_out}")
     if png is not None:
         draw(m, png, metric.value)
         err.print(f"heatmap written to {png}")
-    show_drops(err, c)
-    show_problems(err, c.problems)

@@ -28,11 +28,15 @@ def merge(
     copy: bool = typer.Option(False, "--copy", help="Copy files even where they could be hard-linked."),
 ) -> None:
     from ..export.merge import merge as do_merge
+    from ..export.outfile import os_error
     from ..export.ui import RichUI
 
     err = Console(stderr=True)
-    with RichUI(err) as progress:
-        r = do_merge(dirs, out, copy=copy, progress=progress)
+    try:
+        with RichUI(err) as progress:
+            r = do_merge(dirs, out, copy=copy, progress=progress)
+    except OSError as e:
+        raise os_error(e) from None
     Console().print(f"{r['path']}: {r['processes']} processes from {len(r['hosts'])} hosts "
                     f"({', '.join(r['hosts'])}); {r['linked']} files linked, {r['copied']} copied", highlight=False,
                     soft_wrap=True)

@@ -39,8 +39,12 @@ def sql(
                                         help="Where the tables are (or are to be built)."),
     rebuild: bool = typer.Option(False, "--rebuild", help="Build the tables again even if cached."),
     limit: int = typer.Option(1000, "--limit", help="Rows shown by --format table (csv and json print all)."),
+    allow_files: bool = typer.Option(False, "--allow-files",
+                                     help="Let the query read and write other files, attach databases and load "
+                                          "extensions (by default it reads only the trace's tables)."),
 ) -> None:
     from ..errors import UsageError
+    from ..export.outfile import os_error
     from ..export.sql import connect, ensure_tables, query
     from ..export.summary import show_problems
     from ..export.ui import RichUI
@@ -49,12 +53,15 @@ def sql(
     if not q.strip():
         raise UsageError("empty query")
     err = Console(stderr=True)
-    with RichUI(err, quiet=False) as progress:
-        directory, built = ensure_tables([Path(t) for t in traces], parquet, progress)
+    try:
+        with RichUI(err, quiet=False) as progress:
+            directory, built = ensure_tables([Path(t) for t in traces], parquet, progress, rebuild)
+    except OSError as e:
+        raise os_error(e) from None
     if built is not None:
         show_problems(err, built.problems)
-    con = connect(directory)
-    rel = query(con, q)
+    con = connect(directory, allow_files)
+    rel = query(con, q, allow_files)
     if rel is None:          # a statement without a result (CREATE VIEW ...)
         return
     cols = rel.columns

@@ -12,12 +12,60 @@ up.
 """
 from __future__ import annotations
 
+from dataclasses import dataclass, field
+
 import numpy as np
 
 from . import ops as O
-from .correlator import FlowCounts
 from .events import Batch
+from .progress import Progress
 from .topology import Topology
+from .traceset import TraceSet
+
+CATEGORIES = ("send_consumer", "signaled", "send_wr", "recv_comp", "send_comp")
+
+
+@dataclass(frozen=True)
+class FlowCounts:
+    """How many records of each matching category each endpoint has, and which processes
+    spread one QP's category over several streams (so must be read in time order)."""
+
+    categories: dict[str, np.ndarray] = field(default_factory=dict)
+    needs_order: frozenset[int] = frozenset()
+
+    def count(self, category: str, ep: np.ndarray) -> np.ndarray:
+        c = self.categories.get(category)
+        ep = np.asarray(ep, np.int64)
+        if c is None or not len(c):
+            return np.zeros(len(ep), np.int64)
+        return np.where((ep >= 0) & (ep < len(c)), c[np.clip(ep, 0, len(c) - 1)], 0)
+
+
+def count_flows(traces: TraceSet, topology: Topology, progress: Progress) -> FlowCounts:
+    """Per endpoint, how many records take part in matching: a quick pass over the streams,
+    reading only the records concerned."""
+    task = progress.task("counting operations", sum(len(p.streams) for p in traces.procs))
+    for p in traces.procs:
+        for s in p.streams:
+            traces.count_matching(p, s)
+            task.advance()
+    task.done()
+    n = len(topology.qps)
+    categories = {name: np.zeros(n, np.int64) for name in CATEGORIES}
+    needs_order: set[int] = set()
+    for p in traces.procs:
+        owner: dict[tuple[str, int], int] = {}
+        for s in p.streams:
+            for name, d in s.matching.items():
+                for qpn, k in d.items():
+                    ep = topology.index_of(p.index, qpn)
+                    if ep >= 0:          # always: the topology holds every QP the records name
+                        categories[name][ep] += k
+                    if owner.setdefault((name, qpn), s.index) != s.index:
+                        needs_order.add(p.index)
+    # on sq_sig_all QPs every send WR is signaled
+    categories["signaled"] = np.where(topology.sig_all, categories["send_wr"], categories["signaled"])
+    return FlowCounts(categories, frozenset(needs_order))
 
 
 class FlowMatcher:

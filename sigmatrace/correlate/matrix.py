@@ -13,7 +13,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from . import ops as O
-from .correlator import Correlator
+from .model import RunModel
+from .volume import Volume, count_volume
 
 LEVELS = ("node", "process", "gpu", "qp")
 UNRESOLVED = "(unresolved)"
@@ -46,17 +47,17 @@ class Matrix:
 class Labeler:
     """Names of endpoints at one level of aggregation, with a sort key."""
 
-    def __init__(self, c: Correlator, by: str):
+    def __init__(self, model: RunModel, by: str):
         if by not in LEVELS:
             raise ValueError(f"--by must be one of {', '.join(LEVELS)}")
-        self.c, self.by = c, by
+        self.model, self.by = model, by
 
     def __call__(self, ep: int) -> tuple[tuple, str]:
-        q = self.c.topology.qps[ep]
+        q = self.model.topology.qps[ep]
         return self.proc_label(q.proc, q.gpu, q.qpn)
 
     def proc_label(self, proc: int, gpu: int = -1, qpn: int | None = None) -> tuple[tuple, str]:
-        p = self.c.procs[proc]
+        p = self.model.procs[proc]
         if self.by == "node":
             return (p.host,), p.host
         if self.by == "process":
@@ -77,10 +78,11 @@ def physical_gpu(env: dict, ordinal: int) -> str:
     return str(ordinal)
 
 
-def build(c: Correlator, by: str) -> Matrix:
-    vol = c.volume()
-    lab = Labeler(c, by)
-    topo = c.topology
+def build(model: RunModel, by: str, vol: Volume | None = None) -> Matrix:
+    """The matrix at one level, from a Volume already counted (or counted now: one read)."""
+    vol = vol if vol is not None else count_volume(model)
+    lab = Labeler(model, by)
+    topo = model.topology
     cells: dict[tuple[str, str], list[int]] = {}
     keys: dict[str, tuple] = {}
     unresolved: dict[str, list[int]] = {}

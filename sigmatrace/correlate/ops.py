@@ -40,6 +40,14 @@ def table(*values, size: int = 256) -> np.ndarray:
     return t
 
 
+# records of host calls and CXI commands (the correlated stream's "host" batches)
+HOST_TYPES = (RT.POST_SEND, RT.SEND_WR, RT.RECV_WR, RT.POST_SRQ_RECV, RT.COMPLETION, RT.CXI_CMD)
+# records that name a QP of their process (its `qpn` column is an endpoint)
+QP_TYPES = (RT.POST_SEND, RT.SEND_WR, RT.RECV_WR, RT.COMPLETION, RT.DOORBELL, RT.WQE, RT.WQE_LOSS)
+IS_HOST = table(*HOST_TYPES)
+HAS_QP = table(*QP_TYPES)
+
+
 def _pair_table(kind: int, ops) -> np.ndarray:
     t = np.zeros(256 * 256, bool)
     for op in ops:

@@ -8,7 +8,9 @@ the QP with the remote number whose own port has that address; where addresses a
 ambiguous, a pair of QPs naming each other is accepted.
 
 The result is a table of endpoints (process, qpn) with vectorised lookups, used to label every
-operation with its destination.
+operation with its destination.  It is complete when built: QPs named only by records (the
+trace set's scan lists them per stream) or only by aggregate-mode totals are in it too, so
+reading the records never changes it.
 """
 from __future__ import annotations
 
@@ -17,6 +19,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from ..trace import live as lv
 from ..trace.reader import Problem
 from .traceset import TraceSet
 
@@ -75,6 +78,13 @@ class Topology:
         self._index: dict[tuple[int, int], int] = {}
         for p in traces.procs:
             self._from_cold(p)
+        self._resolve()
+        # then the QPs no cold event describes: named only by records, or only by the totals of
+        # a process traced in aggregate mode; a QP still without a peer may find one among them
+        for p in traces.procs:
+            for s in p.streams:
+                self._add_seen(p.index, s.qpns)
+            self._from_aggregate(p)
         self._resolve()
         self._arrays()
 
@@ -157,7 +167,7 @@ class Topology:
         if p.live is not None:
             for row in p.live.qps:
                 q = self._get(p.index, int(row["qpn"]), "devx")
-                if q.gpu < 0 and int(row["gpu"]) >= 0 and int(row["flags"]) & 4:
+                if q.gpu < 0 and int(row["gpu"]) >= 0 and int(row["flags"]) & lv.QpFlag.GPU_SQ:
                     q.gpu = int(row["gpu"])
                 if q.dest_qpn is None and int(row["remote_qpn"]) not in (0, 0xFFFFFFFF):
                     q.dest_qpn = int(row["remote_qpn"])
@@ -177,6 +187,14 @@ class Topology:
             if addr is not None:
                 q.lid, q.gid = addr
 
+    def _add_seen(self, proc: int, qpns) -> None:
+        """Register QPs seen only in records (no cold event), so every op has an endpoint.  In
+        a process traced by attach such a QP was made before tracing began."""
+        new = [int(x) for x in qpns if (proc, int(x)) not in self._index]
+        attached = bool(self.traces.procs[proc].pt.meta.get("attached"))
+        for x in new:
+            self._get(proc, x, "records").preexisting = attached
+
     @staticmethod
     def _dest(q: QpInfo, dest_qpn, dlid, dgid) -> None:
         if _int(dest_qpn) is not None:
@@ -186,10 +204,22 @@ class Topology:
         if _gid(dgid):
             q.dgid = _gid(dgid)
 
-    def refresh_peers(self) -> None:
-        """Resolve again after QPs or remote numbers were added (live-block aggregates)."""
-        self._resolve()
-        self._arrays()
+    def _from_aggregate(self, p) -> None:
+        """A process traced in aggregate mode has no records: its QPs are the live block's rows
+        that counted operations (each thread's per-QP totals, the doorbell table's WQEs)."""
+        if p.live is None or p.mode != "aggregate":
+            return
+        for t in p.live.threads:
+            for row in t["qps"]:
+                if int(row["ops"]) == 0:
+                    continue
+                self._add_seen(p.index, [int(row["qpn"])])
+                q = self.qps[self._index[(p.index, int(row["qpn"]))]]
+                if q.dest_qpn is None and int(row["remote_qpn"]) not in (0, 0xFFFFFFFF):
+                    q.dest_qpn = int(row["remote_qpn"])
+        for row in p.live.qps:
+            if int(row["wqes"]):
+                self._add_seen(p.index, [int(row["qpn"])])
 
     def _resolve(self) -> None:
         """Give each QP the one candidate that fits best: a QP with the remote number, not
@@ -266,16 +296,6 @@ class Topology:
                                   dtype=bool).reshape(n)
 
     # ---- lookups -----------------------------------------------------------------------------
-
-    def add_seen(self, proc: int, qpns) -> None:
-        """Register QPs seen only in records (no cold event), so every op has an endpoint.  In
-        a process traced by attach such a QP was made before tracing began."""
-        new = [int(x) for x in qpns if (proc, int(x)) not in self._index]
-        attached = bool(self.traces.procs[proc].pt.meta.get("attached"))
-        for x in new:
-            self._get(proc, x, "records").preexisting = attached
-        if new:
-            self._arrays()
 
     def endpoint(self, proc: int, qpn: np.ndarray) -> np.ndarray:
         """Endpoint index of each (proc, qpn), -1 where the QP is unknown."""

@@ -39,6 +39,8 @@ class StreamInfo:
     type_counts: np.ndarray = field(default_factory=lambda: np.zeros(256, np.int64))   # unvalidated
     first_ts: int = 0
     last_ts: int = 0
+    # QP numbers its sound records name (ops.QP_TYPES), in order of first appearance
+    qpns: list[int] = field(default_factory=list)
     # records that take part in matching: category -> {qpn: count} (ops.categories), or None
     # until TraceSet.count_matching() has run
     matching: dict[str, dict[int, int]] | None = None
@@ -91,10 +93,10 @@ class Proc:
 class TraceSet:
     """Every process of the given trace directories, ready for correlation."""
 
-    def __init__(self, paths: list[str | os.PathLike], progress: Progress = SILENT):
+    def __init__(self, paths: list[str | os.PathLike | TraceDir], progress: Progress = SILENT):
         if not paths:
             raise TraceFormatError("no trace directory given")
-        self.dirs = [TraceDir(p) for p in paths]
+        self.dirs = [p if isinstance(p, TraceDir) else TraceDir(p) for p in paths]
         self._problems: dict[tuple, Problem] = {}
         self.procs: list[Proc] = []
         seen: dict[tuple[str, str], Path] = {}
@@ -154,16 +156,26 @@ class TraceSet:
         return Proc(index, td, pt, pt.host, pt.pid, rank, mode, dbm, live, cold, streams)
 
     def _scan_stream(self, p: Proc, s: StreamInfo) -> None:
-        """One quick look at a stream: record types, first and last timestamps, CALIB triples.
+        """One quick look at a stream: record types, first and last timestamps, CALIB triples,
+        the QPs its records name.
 
         Reads in bounded chunks and keeps only the CALIB records; damage is reported by the
-        full read (a CALIB record never written has no TSC and is ignored)."""
+        full read (a CALIB record never written has no TSC and is ignored).  The QPs are taken
+        from exactly the records the full read keeps (written, of a known type), so the model's
+        topology knows every endpoint before the first batch is read."""
         try:
             sf = StreamFile(s.path)
             first = last = None
+            seen: set[int] = set()
             for part in sf.raw_chunks(SCAN_CHUNK):
                 types = part["type"]
                 s.type_counts += np.bincount(types, minlength=256)[:256]
+                named = O.HAS_QP[types] & (part["seq"] != 0)
+                if named.any():
+                    for q in O.count_values(part["qpn"][named])[0].tolist():
+                        if q not in seen:
+                            seen.add(q)
+                            s.qpns.append(q)
                 calib = np.flatnonzero(types == fmt.RecType.CALIB)
                 for r in part[calib]:
                     if r["seq"] != 0:

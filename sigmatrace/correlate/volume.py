@@ -1,8 +1,8 @@
 """Volume: bytes and operations per endpoint and opcode, counted from the correlated events.
 
-It is a sink of the export pass (sigmatrace.correlate.pipeline), so exporting JSON alongside
-another format costs no extra read.  Processes traced in aggregate mode have no records; their
-live-block totals are taken instead.
+It is an output of the correlated stream (sigmatrace.correlate.output), so exporting JSON
+alongside another format costs no extra read; `count_volume` reads the stream for it alone.
+Processes traced in aggregate mode have no records; their live-block totals are taken instead.
 """
 from __future__ import annotations
 
@@ -10,15 +10,17 @@ from collections import defaultdict
 
 import numpy as np
 
+from ..decode import names as N
 from ..trace import format as fmt
 from . import ops as O
-from .pipeline import Sink
+from .model import RunModel
+from .output import Output, write
 
 RT = fmt.RecType
 MAX_I64 = np.iinfo(np.int64).max
 
 
-class Volume(Sink):
+class Volume(Output):
     name = "volume"
 
     def __init__(self):
@@ -31,8 +33,8 @@ class Volume(Sink):
         self.events = 0
         self.type_counts = np.zeros(256, np.int64)
 
-    def begin(self, c, counts) -> None:
-        self.c = c
+    def begin(self, model: RunModel) -> None:
+        self.model = model
 
     def host(self, p, b) -> None:
         self._count(b)
@@ -60,9 +62,8 @@ class Volume(Sink):
         for e, k, _ in _sum(b["ep"], None):
             self.n_doorbells[e] += k
 
-    def end(self, problems) -> dict:
+    def finish(self, problems) -> dict:
         self._live()
-        self.c.set_volume(self)
         return {}
 
     def _count(self, b) -> None:
@@ -105,10 +106,10 @@ class Volume(Sink):
                 acc[3] = max(acc[3], l)
 
     def _live(self) -> None:
-        """Processes traced in aggregate mode: their live-block totals."""
-        c = self.c
-        topo = c.topology
-        for p in c.procs:
+        """Processes traced in aggregate mode: their live-block totals (the topology holds
+        their QPs already)."""
+        topo = self.model.topology
+        for p in self.model.procs:
             if p.live is None or p.mode != "aggregate":
                 continue
             start, end = int(p.clock.real[0]), int(p.clock.real[-1])
@@ -116,31 +117,24 @@ class Volume(Sink):
                 for row in t["qps"]:
                     if int(row["ops"]) == 0:
                         continue
-                    topo.add_seen(p.index, [int(row["qpn"])])
                     e = topo.index_of(p.index, int(row["qpn"]))
-                    q = topo.qps[e]
-                    if q.dest_qpn is None and int(row["remote_qpn"]) not in (0, 0xFFFFFFFF):
-                        q.dest_qpn = int(row["remote_qpn"])
                     acc = self.volume.setdefault((e, O.FAMILY_LIVE, 0xFF), [0, 0, start, end])
                     acc[0] += int(row["ops"])
                     acc[1] += int(row["bytes"])
             for row in p.live.qps:
                 if int(row["wqes"]) == 0:
                     continue
-                topo.add_seen(p.index, [int(row["qpn"])])
                 e = topo.index_of(p.index, int(row["qpn"]))
                 self.n_doorbells[e] += int(row["doorbells"])
                 for opc in np.flatnonzero(row["wqe_ops"]).tolist():
                     acc = self.volume.setdefault((e, O.FAMILY_MLX5, opc), [0, 0, start, end])
                     acc[0] += int(row["wqe_ops"][opc])
                     acc[1] += int(row["wqe_op_bytes"][opc])
-        topo.refresh_peers()
 
     # ---- views ---------------------------------------------------------------------------------
 
     def per_endpoint(self) -> dict[int, dict]:
         """Per endpoint: ops and bytes sent (by opcode name), first and last time."""
-        from ..decode import names as N
         out: dict[int, dict] = {}
         for (e, fam, op), (nops, nbytes, first, last) in self.volume.items():
             if e < 0:
@@ -156,6 +150,13 @@ class Volume(Sink):
             bo["ops"] += nops
             bo["bytes"] += nbytes
         return out
+
+
+def count_volume(model: RunModel) -> Volume:
+    """Volume alone: one read of the records."""
+    v = Volume()
+    write(model, [v])
+    return v
 
 
 def _sum(keys: np.ndarray, weights) -> list[tuple[int, int, int]]:

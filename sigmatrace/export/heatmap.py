@@ -7,7 +7,7 @@ from pathlib import Path
 import numpy as np
 
 from ..correlate.matrix import Matrix
-from ..trace.writer import FILE_MODE
+from .outfile import open_output
 
 
 def human_bytes(n: float) -> str:
@@ -19,6 +19,7 @@ def human_bytes(n: float) -> str:
 
 
 def draw(m: Matrix, path: str | os.PathLike, metric: str = "bytes", title: str | None = None) -> Path:
+    """The heatmap as a PNG at `path` (see .outfile: a link there is not followed)."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -45,8 +46,9 @@ def draw(m: Matrix, path: str | os.PathLike, metric: str = "bytes", title: str |
                             color="black" if data[i, j] > top * 0.6 else "white")
     fig.tight_layout()
     path = Path(path)
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, FILE_MODE)
-    with os.fdopen(fd, "wb") as f:
-        fig.savefig(f, format="png", dpi=120)
-    plt.close(fig)
+    try:
+        with open_output(path, "wb") as f:
+            fig.savefig(f, format="png", dpi=120)
+    finally:
+        plt.close(fig)
     return path

@@ -9,38 +9,49 @@ import json
 import os
 from pathlib import Path
 
-from ..correlate.correlator import Correlator
 from ..correlate.matrix import LEVELS, build, physical_gpu
+from ..correlate.model import RunModel
+from ..correlate.output import Correlated, Output
 from ..correlate.volume import Volume
 from ..trace.reader import Problem
-from ..trace.writer import FILE_MODE
+from .outfile import open_output
 
 FORMAT = "sigmatrace-aggregate"
 VERSION = 1
 
 
-class JsonSink(Volume):
-    """Counts volume as the records go by (it is a Volume), writes the document at the end."""
+class JsonOutput(Output):
+    """Counts volume as the records go by (through its own Volume), writes the document at the end."""
 
     name = "json"
 
     def __init__(self, path: str | os.PathLike):
-        super().__init__()
         self.path = Path(path)
+        self.volume = Volume()
 
-    def end(self, problems: list[Problem]) -> dict:
-        super().end(problems)
-        doc = document(self.c, self, problems)
-        fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, FILE_MODE)
-        with os.fdopen(fd, "w") as f:
+    def begin(self, model: RunModel) -> None:
+        self.model = model
+        self.f = open_output(self.path, "w")          # before the records are read: a bad path fails first
+        self.volume.begin(model)
+
+    def add(self, part: Correlated) -> None:
+        self.volume.add(part)
+
+    def finish(self, problems: list[Problem]) -> dict:
+        self.volume.finish(problems)
+        doc = document(self.model, self.volume, problems)
+        with self.f as f:
             json.dump(doc, f, indent=1)
             f.write("\n")
         return {"format": "json", "path": str(self.path), "qps": len(doc["qps"]), "gpus": len(doc["gpus"])}
 
+    def describe(self, summary: dict) -> str:
+        return f"{summary['qps']} QPs, {summary['gpus']} GPUs, matrices by {'/'.join(LEVELS)}"
 
-def document(c: Correlator, vol: Volume, problems: list[Problem]) -> dict:
-    topo = c.topology
-    procs = c.procs
+
+def document(model: RunModel, vol: Volume, problems: list[Problem]) -> dict:
+    topo = model.topology
+    procs = model.procs
     per_ep = vol.per_endpoint()
     qps = []
     eps = []
@@ -79,7 +90,7 @@ def document(c: Correlator, vol: Volume, problems: list[Problem]) -> dict:
             "ops": v[0], "bytes": v[1]} for (proc, dst), v in sorted(vol.cxi.items())]
     return {
         "format": FORMAT, "version": VERSION,
-        "traces": [str(td.path) for td in c.traces.dirs],
+        "traces": [str(td.path) for td in model.traces.dirs],
         "processes": [{
             "host": p.host, "pid": p.pid, "rank": p.rank, "mode": p.mode, "doorbell_mode": p.doorbell_mode,
             "exe": p.pt.meta.get("exe"), "argv": p.argv, "tsc_hz": p.clock.tsc_hz, "drift_ppm": p.clock.drift_ppm,
@@ -89,7 +100,7 @@ def document(c: Correlator, vol: Volume, problems: list[Problem]) -> dict:
         "qps": qps,
         "gpus": sorted(gpus.values(), key=lambda g: (g["host"], g["pid"], g["gpu"])),
         "cxi": cxi,
-        "matrices": {level: build(c, level).to_json() for level in LEVELS},
+        "matrices": {level: build(model, level, vol).to_json() for level in LEVELS},
         "problems": [str(pr) for pr in problems],
     }
 

@@ -21,7 +21,8 @@ from .. import __version__
 from ..correlate.progress import SILENT, Progress
 from ..errors import UsageError
 from ..trace.reader import TraceDir
-from ..trace.writer import DIR_MODE, FILE_MODE, make_dir, write_json
+from ..trace.writer import DIR_MODE
+from .outfile import OutputError, open_output, output_dir, output_error, write_json_output
 
 
 def safe_host(host: str) -> str:
@@ -33,7 +34,7 @@ def safe_host(host: str) -> str:
 def merge(inputs: list[str | os.PathLike], out: str | os.PathLike, copy: bool = False,
           progress: Progress = SILENT) -> dict:
     out = Path(out)
-    if out.exists() and any(out.iterdir()):
+    if out.is_dir() and not out.is_symlink() and any(out.iterdir()):
         raise UsageError(f"{out} exists and is not empty", hint="choose a new output directory")
     traces = [TraceDir(p) for p in inputs]
     plan: list[tuple[Path, Path]] = []           # (process directory, destination)
@@ -55,31 +56,28 @@ def merge(inputs: list[str | os.PathLike], out: str | os.PathLike, copy: bool = 
                         "host": (td.session or {}).get("host"), "processes": src_procs})
     files = [(f, dest / f.relative_to(src)) for src, dest in plan for f in sorted(src.rglob("*")) if f.is_file()]
     total = sum(f.stat().st_size for f, _ in files)
-    make_dir(out)
+    output_dir(out, empty=True)            # an empty directory given is used as it is
     task = progress.task("merging (bytes)", total)
     linked = copied = 0
     for f, d in files:
-        make_dir(d.parent)
+        _subdir(out, d.parent)
         if not copy:
             try:
-                os.link(f, d)
+                os.link(f, d)                  # never through a link: link() makes a new name or fails
                 linked += 1
                 task.advance(f.stat().st_size)
                 continue
             except OSError:
                 pass
-        shutil.copyfile(f, d)
-        os.chmod(d, FILE_MODE)
+        with open(f, "rb") as src, open_output(d, exclusive=True) as dst:
+            shutil.copyfileobj(src, dst, 1 << 20)
         copied += 1
         task.advance(f.stat().st_size)
     task.done()
-    for dirpath, dirnames, _ in os.walk(out):
-        for dn in dirnames:
-            os.chmod(os.path.join(dirpath, dn), DIR_MODE)
     for i, td in enumerate(traces):
         if td.session:
-            make_dir(out / "sessions")
-            write_json(out / "sessions" / f"{i}.json", td.session)
+            _subdir(out, out / "sessions")
+            write_json_output(out / "sessions" / f"{i}.json", td.session, indent=2, sort_keys=True)
     sessions = [td.session or {} for td in traces]
     started = [s["started_ns"] for s in sessions if isinstance(s.get("started_ns"), int)]
     ended = [s["ended_ns"] for s in sessions if isinstance(s.get("ended_ns"), int)]
@@ -95,9 +93,22 @@ def merge(inputs: list[str | os.PathLike], out: str | os.PathLike, copy: bool = 
         doc["started_ns"] = min(started)
     if ended and len(ended) == len(sessions):
         doc["ended_ns"] = max(ended)
-    write_json(out / "session.json", doc)
+    write_json_output(out / "session.json", doc, indent=2, sort_keys=True)
     return {"path": str(out), "processes": len(members), "hosts": doc["hosts"], "linked": linked,
             "copied": copied, "bytes": total}
+
+
+def _subdir(out: Path, d: Path) -> None:
+    """Directories below OUT, each made owner-only by us (OUT itself is left as it was)."""
+    rel = d.relative_to(out)
+    for part in [out / p for p in reversed([rel, *rel.parents]) if p != Path(".")]:
+        try:
+            os.mkdir(part, DIR_MODE)
+        except FileExistsError:
+            if part.is_symlink() or not part.is_dir():
+                raise OutputError(f"cannot write into {part}: not a directory of ours") from None
+        except OSError as e:
+            raise output_error(part, e) from None
 
 
 def _common(sessions: list[dict], key: str):

@@ -19,14 +19,14 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from .. import __version__
-from ..correlate.correlator import Correlator
 from ..correlate.events import Batch
-from ..correlate.pipeline import Sink
+from ..correlate.model import RunModel
+from ..correlate.output import Output
 from ..correlate.traceset import Proc
 from ..decode import names as N
 from ..trace import format as fmt
 from ..trace.reader import Problem
-from ..trace.writer import DIR_MODE, FILE_MODE, make_dir, write_json
+from .outfile import open_output, output_dir, write_json_output
 
 RT = fmt.RecType
 MARKER = "sigmatrace-tables.json"      # written last: the tables are complete
@@ -94,7 +94,7 @@ _STATS_COLUMNS = ["ts_ns"]
 _SPLIT_COLUMNS = ["ts_ns", "bytes", "remote_addr", "local_addr", "doorbell_ns", "raw"]
 
 
-class ParquetSink(Sink):
+class ParquetOutput(Output):
     name = "parquet"
     needs_endpoints = False        # QP properties live in qps, not in every row
 
@@ -106,10 +106,11 @@ class ParquetSink(Sink):
         self.row_group = row_group
         self.rows = {t: 0 for t in TABLES}
 
-    def begin(self, c: Correlator, counts) -> None:
-        self.c = c
-        make_dir(self.dir)
-        self.hosts = sorted({p.host for p in c.procs})
+    def begin(self, model: RunModel) -> None:
+        self.model = model
+        output_dir(self.dir)
+        self.files: list = []          # our handles on the files the writers write (closed at the end)
+        self.hosts = sorted({p.host for p in model.procs})
         self.host_dict = pa.array(self.hosts, pa.string())
         self.host_idx = {h: i for i, h in enumerate(self.hosts)}
         self.kind_dict = pa.array(KINDS, pa.string())
@@ -124,10 +125,9 @@ class ParquetSink(Sink):
     def _writer(self, table: str, schema: pa.Schema) -> pq.ParquetWriter:
         w = self.writers.get(table)
         if w is None:
-            path = self.dir / f"{table}.parquet"
-            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, FILE_MODE)
-            os.close(fd)
-            w = pq.ParquetWriter(str(path), schema, compression=self.compression,
+            f = open_output(self.dir / f"{table}.parquet")
+            self.files.append(f)
+            w = pq.ParquetWriter(f, schema, compression=self.compression,
                                  use_dictionary=[c for c in _DICT_COLUMNS if c in schema.names],
                                  column_encoding={c: "BYTE_STREAM_SPLIT" for c in _SPLIT_COLUMNS if c in schema.names},
                                  write_statistics=_STATS_COLUMNS, data_page_version="2.0")
@@ -232,11 +232,13 @@ class ParquetSink(Sink):
 
     # ---- small tables --------------------------------------------------------------------------
 
-    def end(self, problems: list[Problem]) -> dict:
+    def finish(self, problems: list[Problem]) -> dict:
         self._flush("ops", OPS_SCHEMA)
         self._flush("doorbells", DOORBELLS_SCHEMA)
         for name, schema in (("ops", OPS_SCHEMA), ("doorbells", DOORBELLS_SCHEMA)):
             self._writer(name, schema).close()
+        for f in self.files:
+            f.close()
         self._small("calls", self._calls())
         self._small("qps", self._qps())
         self._small("mrs", self._mrs())
@@ -244,22 +246,24 @@ class ParquetSink(Sink):
         self._small("problems", pa.table({"path": pa.array([str(pr.path) for pr in problems], pa.string()),
                                           "offset": pa.array([pr.offset for pr in problems], pa.int64()),
                                           "what": pa.array([pr.what for pr in problems], pa.string())}))
-        for f in self.dir.iterdir():
-            os.chmod(f, FILE_MODE)
-        os.chmod(self.dir, DIR_MODE)
-        traces = [str(td.path.resolve()) for td in self.c.traces.dirs]
-        write_json(self.dir / MARKER, {"key": self.key or fingerprint(traces, [self.dir]), "traces": traces,
-                                       "sigmatrace_version": __version__, "rows": dict(self.rows)})
+        traces = [str(td.path.resolve()) for td in self.model.traces.dirs]
+        marker = {"key": self.key or fingerprint(traces, [self.dir]), "traces": traces,
+                  "sigmatrace_version": __version__, "rows": dict(self.rows)}
+        write_json_output(self.dir / MARKER, marker, indent=2, sort_keys=True)
         return {"format": "parquet", "path": str(self.dir), "rows": dict(self.rows)}
 
+    def describe(self, summary: dict) -> str:
+        return ", ".join(f"{k} {v:,}" for k, v in summary["rows"].items())
+
     def _small(self, name: str, table: pa.Table) -> None:
-        pq.write_table(table, str(self.dir / f"{name}.parquet"), compression=self.compression)
+        with open_output(self.dir / f"{name}.parquet") as f:
+            pq.write_table(table, f, compression=self.compression)
         self.rows[name] = table.num_rows
 
     def _calls(self) -> pa.Table:
         rows = {k: [] for k in ("host", "pid", "tid", "ts_ns", "fn", "ev", "ret", "qpn", "args")}
-        for p in self.c.procs:
-            ns = self.c.traces.cold_ns(p)
+        for p in self.model.procs:
+            ns = self.model.traces.cold_ns(p)
             for e, t in zip(p.cold, ns.tolist()):
                 if not e.get("fn"):
                     continue
@@ -281,8 +285,8 @@ class ParquetSink(Sink):
                          "args": pa.array(rows["args"], pa.string())})
 
     def _qps(self) -> pa.Table:
-        topo = self.c.topology
-        procs = self.c.procs
+        topo = self.model.topology
+        procs = self.model.procs
         rows = []
         for q in topo.qps:
             p = procs[q.proc]
@@ -304,8 +308,8 @@ class ParquetSink(Sink):
 
     def _mrs(self) -> pa.Table:
         rows = []
-        for p in self.c.procs:
-            ns = self.c.traces.cold_ns(p)
+        for p in self.model.procs:
+            ns = self.model.traces.cold_ns(p)
             live: dict[int, dict] = {}
             for e, t in zip(p.cold, ns.tolist()):
                 if e.get("ev") == "mr_reg":
@@ -326,7 +330,7 @@ class ParquetSink(Sink):
 
     def _processes(self) -> pa.Table:
         rows = []
-        for p in self.c.procs:
+        for p in self.model.procs:
             h = p.live.header if p.live is not None else None
             rows.append({
                 "host": p.host, "pid": p.pid, "rank": p.rank, "trace": str(p.trace.path),

@@ -28,17 +28,17 @@ from pathlib import Path
 import numpy as np
 from perfetto.protos.perfetto.trace import perfetto_trace_pb2 as pb
 
-from ..correlate.correlator import Correlator, FlowCounts
-from ..correlate.events import Batch
 from ..correlate import ops as O
+from ..correlate.events import Batch
 from ..correlate.matrix import physical_gpu
+from ..correlate.model import RunModel
+from ..correlate.output import Output
 from ..correlate.traceset import Proc
 from ..decode import names as N
 from ..trace import format as fmt
 from ..trace.reader import Problem
-from ..trace.writer import FILE_MODE
 from . import protoenc as pe
-from .base import Sink
+from .outfile import open_output
 
 RT = fmt.RecType
 HOT_SEQ, COLD_SEQ = 1, 2
@@ -75,7 +75,7 @@ _WR_IMM = O.table(1, 3)                            # IBV_WR_RDMA_WRITE_WITH_IMM,
 _POSTED = O.table(RT.POST_SEND, RT.SEND_WR)
 
 
-class PerfettoSink(Sink):
+class PerfettoOutput(Output):
     name = "perfetto"
     needs_flows = True
 
@@ -87,15 +87,14 @@ class PerfettoSink(Sink):
 
     # ---- set-up ------------------------------------------------------------------------------
 
-    def begin(self, c: Correlator, counts: FlowCounts | None) -> None:
-        self.c = c
-        self.topo = c.topology
-        fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, FILE_MODE)
-        self.f = os.fdopen(fd, "wb", buffering=1 << 22)
+    def begin(self, model: RunModel) -> None:
+        self.model = model
+        self.topo = model.topology
+        self.f = open_output(self.path, "wb", buffering=1 << 22)
         self.described: set[int] = set()
         self.uuids: dict[tuple[int, int, int], int] = {}
-        self.ids = DisplayIds(c.procs)
-        lo, hi = c.traces.span_ns()
+        self.ids = DisplayIds(model.procs)
+        lo, hi = model.traces.span_ns()
         self.t0, self.t1 = lo, max(hi, lo + 1)
         self.bin_ns = max(1000, -(-(self.t1 - self.t0) // self.counter_bins))
         self.nbins = (self.t1 - self.t0) // self.bin_ns + 1
@@ -109,7 +108,7 @@ class PerfettoSink(Sink):
             clk.clock_id, clk.timestamp = cid, self.t0
         self._pb(snap)
         self._pb(self._interned())
-        for p in c.procs:
+        for p in model.procs:
             self._describe_process(p)
 
     def _interned(self) -> pb.TracePacket:
@@ -147,7 +146,7 @@ class PerfettoSink(Sink):
 
     def _ep_label(self, ep: int) -> str:
         q = self.topo.qps[ep]
-        return f"{self.c.procs[q.proc].label} qp 0x{q.qpn:x}"
+        return f"{self.model.procs[q.proc].label} qp 0x{q.qpn:x}"
 
     def _pb(self, pkt: pb.TracePacket) -> None:
         t = pb.Trace()
@@ -383,7 +382,7 @@ class PerfettoSink(Sink):
         for (proc, gpu, metric), h in sorted(self.counters.items()):
             if not h.any():
                 continue
-            p = self.c.procs[proc]
+            p = self.model.procs[proc]
             parent = self._describe_gpu(p, gpu) if gpu >= 0 or metric == M_DOORBELLS else self.uuid(K_PROC, proc)
             u = self.uuid(K_COUNTER, proc, ((gpu + 1) << 4) | metric)
             td = pb.TrackDescriptor(uuid=u, parent_uuid=parent)
@@ -407,8 +406,8 @@ class PerfettoSink(Sink):
 
     def _cold(self) -> int:
         n = 0
-        for p in self.c.procs:
-            ns = self.c.traces.cold_ns(p)
+        for p in self.model.procs:
+            ns = self.model.traces.cold_ns(p)
             for e, t in zip(p.cold, ns.tolist()):
                 pkt = pb.TracePacket()
                 pkt.timestamp = int(t)
@@ -446,13 +445,17 @@ class PerfettoSink(Sink):
             te.name = str(pr)
             self._pb(pkt)
 
-    def end(self, problems: list[Problem]) -> dict:
+    def finish(self, problems: list[Problem]) -> dict:
         self._write_counters()
         cold = self._cold()
         self._notes(problems)
         self.f.close()
         return {"format": "perfetto", "path": str(self.path), "events": self.events, "cold_events": cold,
                 "flows": self.flows, "bytes": self.path.stat().st_size}
+
+    def describe(self, summary: dict) -> str:
+        return (f"{summary['events']:,} events, {summary['flows']:,} flows, "
+                f"{summary['cold_events']:,} control-path events")
 
 
 def _i(a: np.ndarray) -> np.ndarray:

@@ -14,12 +14,13 @@ import os
 import shutil
 from pathlib import Path
 
-from ..correlate.correlator import Correlator
-from ..correlate.pipeline import run
+from ..correlate.model import RunModel
+from ..correlate.output import write
 from ..correlate.progress import SILENT, Progress
 from ..errors import SigmatraceError, UsageError
 from ..trace.writer import make_dir
-from .parquet import MARKER, TABLES, ParquetSink, fingerprint
+from .outfile import OutputError
+from .parquet import MARKER, TABLES, ParquetOutput, fingerprint
 
 # what the ops and doorbells views add to their files: the QP's GPU and peer (stored once, in
 # qps) and flags spelled out
@@ -52,14 +53,31 @@ def tables_ready(directory: Path, key: str | None = None) -> bool:
 def build_tables(paths: list[str | os.PathLike], directory: Path, progress: Progress = SILENT) -> dict:
     """Export the traces' Parquet tables into `directory` (and mark it complete)."""
     key = fingerprint(paths)
+    _replaceable(directory)
     tmp = directory.with_name(directory.name + ".building")
+    if tmp.is_symlink():
+        tmp.unlink()
     shutil.rmtree(tmp, ignore_errors=True)
-    c = Correlator(paths, progress)
-    res = run(c, [ParquetSink(tmp, key=key)])
+    res = write(RunModel.load(paths, progress), [ParquetOutput(tmp, key=key)])
     if directory.exists():
         shutil.rmtree(directory)
     os.replace(tmp, directory)
     return {"result": res, "key": key}
+
+
+def _replaceable(directory: Path) -> None:
+    """Tables are built anew where nothing is, or in place of tables of ours: never over a link,
+    a file, or a directory holding anything else (it would be deleted)."""
+    if directory.is_symlink():
+        raise OutputError(f"cannot write into {directory}: it is a symbolic link (not followed)",
+                          hint="give the directory itself")
+    if not directory.exists():
+        return
+    if not directory.is_dir():
+        raise OutputError(f"cannot write into {directory}: it exists and is not a directory", hint="choose a directory")
+    if not (directory / MARKER).exists() and any(directory.iterdir()):
+        raise OutputError(f"{directory} holds files that are not sigmatrace tables",
+                          hint="give a new or empty directory to --parquet")
 
 
 def ensure_tables(paths: list[str | os.PathLike], parquet_dir: str | os.PathLike | None,
@@ -84,25 +102,46 @@ def ensure_tables(paths: list[str | os.PathLike], parquet_dir: str | os.PathLike
     return d, None
 
 
-def connect(directory: Path):
-    """A DuckDB connection with one view per table."""
+# statements that write files even where DuckDB may read them (the tables themselves)
+WRITING_STATEMENTS = ("COPY", "EXPORT")
+LOCKED_HINT = "sigmatrace sql reads only the trace's tables; --allow-files lets a query use other files"
+
+
+def connect(directory: Path, allow_files: bool = False):
+    """A DuckDB connection with one view per table.  Unless `allow_files`, the connection is then
+    locked: it reads the tables' files and nothing else (no other file, no ATTACH, no extension
+    installed or loaded, no setting changed back)."""
     import duckdb
     con = duckdb.connect()
     qps = str(directory / "qps.parquet").replace("'", "''")
+    files = []
     for t in TABLES:
         f = directory / f"{t}.parquet"
         if f.exists():
             lit = str(f).replace("'", "''")
+            files.append(f"'{lit}'")
             body = VIEWS.get(t, "SELECT * FROM read_parquet('{file}')").format(file=lit, qps=qps)
             con.execute(f"CREATE VIEW {t} AS {body}")
+    if not allow_files:
+        con.execute(f"SET allowed_paths = [{', '.join(files)}]")
+        con.execute("SET enable_external_access = false")
+        con.execute("SET autoinstall_known_extensions = false")
+        con.execute("SET autoload_known_extensions = false")
+        con.execute("SET lock_configuration = true")
     return con
 
 
-def query(con, sql: str):
+def query(con, sql: str, allow_files: bool = False):
     """Run `sql`; our error for a bad query (one line, with DuckDB's reason)."""
     import duckdb
     try:
+        if not allow_files:
+            for st in con.extract_statements(sql):
+                if st.type.name in WRITING_STATEMENTS:
+                    raise SigmatraceError(f"SQL error: {st.type.name} writes files", hint=LOCKED_HINT)
         return con.sql(sql)
+    except duckdb.PermissionException as e:
+        raise SigmatraceError(f"SQL error: {str(e).splitlines()[0]}", hint=LOCKED_HINT) from None
     except duckdb.Error as e:
         raise SigmatraceError(f"SQL error: {str(e).splitlines()[0]}",
                               hint="tables: " + ", ".join(TABLES) + " (docs/export.md has their columns)") from None

@@ -4,7 +4,7 @@ from __future__ import annotations
 from rich.console import Console
 from rich.table import Table
 
-from ..correlate.correlator import Correlator
+from ..correlate.model import RunModel
 from ..trace.reader import Problem
 
 MAX_PROBLEMS_SHOWN = 20
@@ -21,18 +21,18 @@ def show_problems(console: Console, problems: list[Problem]) -> None:
         console.print(f"  ... and {len(problems) - MAX_PROBLEMS_SHOWN} more (all are in the outputs' problem lists)")
 
 
-def show_drops(console: Console, c: Correlator) -> None:
-    for p in c.procs:
+def show_drops(console: Console, model: RunModel) -> None:
+    for p in model.procs:
         if p.records_dropped:
             console.print(f"[yellow]{p.label}: {p.records_dropped} records were dropped while tracing "
                           f"(ring full); counts from records are short by that much[/]", highlight=False)
 
 
-def show_processes(console: Console, c: Correlator) -> None:
+def show_processes(console: Console, model: RunModel) -> None:
     t = Table(title="processes", title_justify="left", show_edge=False)
     for col in ("process", "mode", "records", "TSC rate", "drift", "calibration"):
         t.add_column(col, justify="right" if col not in ("process", "mode") else "left")
-    for p in c.procs:
+    for p in model.procs:
         drift = p.clock.drift_ppm
         t.add_row(p.label + (f" (rank {p.rank})" if p.rank is not None else ""), p.mode, f"{p.n_records:,}",
                   f"{p.clock.tsc_hz / 1e9:.6f} GHz", "-" if drift is None else f"{drift:+.1f} ppm",
@@ -40,11 +40,11 @@ def show_processes(console: Console, c: Correlator) -> None:
     console.print(t)
 
 
-def show_flow_caveat(console: Console, c: Correlator, problems: list[Problem]) -> None:
+def show_flow_caveat(console: Console, model: RunModel, problems: list[Problem]) -> None:
     """Flows pair operations by their order on a QP: after records were lost (dropped in capture,
     damaged on disk) they may pair the wrong ones.  Say where."""
     lossy = []
-    for p in c.procs:
+    for p in model.procs:
         damaged = any(str(pr.path).startswith(str(p.pt.path) + "/streams/") for pr in problems)
         if p.records_dropped or damaged:
             lossy.append(p.label)

@@ -3,8 +3,9 @@ drops and coverage, over every process of a trace.
 
 Counts come from the live block, which every mode keeps exactly (a record dropped from a full
 ring is still counted there); per-QP opcode detail comes from the records where the mode made
-them.  QP peers come from cold events (qp_modify with a destination, or qp_query in attach
-mode); a QP whose peer was never seen has `remote_qpn` null.
+them.  A QP's remote number comes from cold events (qp_modify with a destination, or qp_query in
+attach mode); a QP whose remote was never seen has `remote_qpn` null.  Its peer's pid
+(`remote_pid`) is the pairing of the run model's topology, the same as every export's.
 """
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from collections import Counter, defaultdict
 
 import numpy as np
 
+from ..correlate.model import RunModel
 from ..decode import names
 from ..trace import format as fmt
 from ..trace import live as lv
@@ -154,7 +156,10 @@ def _ebpf_summary(p) -> dict | None:
     return data if isinstance(data, dict) else None
 
 
-def compute(td: TraceDir) -> dict:
+USES_MODEL = True
+
+
+def compute(td: TraceDir, model: RunModel) -> dict:
     totals = {"calls": Counter(), "ops": Counter(), "bytes": 0, "drops": 0, "records": Counter(), "calibrations": 0, "not_traced": [],
               "recv_wrs": 0, "recv_bytes": 0, "completions": 0, "completion_errors": 0}
     qps: dict = {}
@@ -176,13 +181,14 @@ def compute(td: TraceDir) -> dict:
         providers[str(probes.get("provider", "cxi"))].add("installed" if attached else "waiting")
         coverage["hooks_installed"] |= attached
         coverage["records_flowing"] |= isinstance(records, int) and records > 0
-    # a peer's pid when both ends were traced in this trace
-    by_qpn = defaultdict(list)
+    # a peer's pid when both ends were traced in this trace: the run model's pairing, the one
+    # every export uses
+    topo = model.topology
+    proc_of = {p.pt.path.name: p.index for p in model.procs}
     for q in qps.values():
-        by_qpn[q["qpn"]].append(q)
-    for q in qps.values():
-        peers = [r for r in by_qpn.get(q["remote_qpn"], []) if r["remote_qpn"] == q["qpn"] and r is not q]
-        q["remote_pid"] = peers[0]["pid"] if len(peers) == 1 else None
+        ep = topo.index_of(proc_of.get(q["process"], -1), q["qpn"])
+        peer = topo.qps[ep].peer if ep >= 0 else -1
+        q["remote_pid"] = model.procs[topo.qps[peer].proc].pid if peer >= 0 else None
     session = td.session or {}
     status = session.get("status")
     if status in (None, "running") and any(pr["state"] == "controller_lost" for pr in processes):

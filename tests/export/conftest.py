@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 import pytest
 from perfetto.protos.perfetto.trace import perfetto_trace_pb2 as pb
 
+from sigmatrace.correlate.output import Output
 from sigmatrace.trace.synth import SynthTrace
 
 JITTER_NS = 30
@@ -124,8 +125,8 @@ def parse_perfetto(path) -> ParsedTrace:
     return pt
 
 
-class Collect:
-    """A sink that keeps every batch it is given (for tests of the correlation itself)."""
+class Collect(Output):
+    """An output that keeps every batch it is given (for tests of the correlation itself)."""
 
     name = "collect"
     needs_flows = True
@@ -133,20 +134,8 @@ class Collect:
     def __init__(self):
         self.parts = {"host": [], "wqes": [], "doorbells": []}
 
-    def begin(self, c, counts):
-        self.c = c
-
-    def host(self, p, b):
-        self.parts["host"].append(b)
-
-    def wqes(self, p, b):
-        self.parts["wqes"].append(b)
-
-    def doorbells(self, p, b):
-        self.parts["doorbells"].append(b)
-
-    def end(self, problems):
-        return {}
+    def add(self, part):
+        self.parts[part.kind].append(part.batch)
 
     def get(self, kind):
         from sigmatrace.correlate.events import Batch
@@ -155,9 +144,9 @@ class Collect:
 
 
 def collect(dirs, chunk_records=1 << 17):
-    from sigmatrace.correlate.correlator import Correlator
-    from sigmatrace.correlate.pipeline import run
-    c = Correlator(dirs, chunk_records=chunk_records)
+    from sigmatrace.correlate.model import RunModel
+    from sigmatrace.correlate.output import write
+    c = RunModel.load(dirs, chunk_records=chunk_records)
     s = Collect()
-    res = run(c, [s])
+    res = write(c, [s])
     return c, s, res

@@ -4,6 +4,8 @@ import sys
 
 import pytest
 
+from sigmatrace.correlate.output import Output
+
 from .conftest import build_two_nodes
 
 
@@ -50,3 +52,56 @@ def test_export_default_output(tmp_path):
     assert r.returncode == 0, r.stderr
     assert (tmp_path / "node-a.pftrace").stat().st_size > 0
     assert "node-a.pftrace" in r.stdout and "flows" in r.stdout
+
+
+class CountingOutput(Output):
+    """A format that is not part of sigmatrace: one line, the records of each kind."""
+
+    name = "count"
+
+    def __init__(self, path):
+        self.path = path
+        self.n = {}
+
+    def add(self, part):
+        self.n[part.kind] = self.n.get(part.kind, 0) + part.batch.n
+
+    def finish(self, problems):
+        with open(self.path, "w") as f:
+            f.write(" ".join(f"{k}={v}" for k, v in sorted(self.n.items())) + "\n")
+        return {"format": "count", "path": str(self.path), "kinds": len(self.n)}
+
+    def describe(self, summary):
+        return f"{summary['kinds']} kinds of batch"
+
+
+def test_a_new_format_is_a_module_and_a_registry_entry(tmp_path, monkeypatch):
+    """The export command's options and its summary come from the registry: a format added
+    there is offered, written and described without a change to the command."""
+    import typer
+    from typer.testing import CliRunner
+
+    from sigmatrace.cli import export as cmd
+    from sigmatrace.export import outputs
+
+    fmt = outputs.OutputFormat("count", ("--count",), "OUT.txt", "Count the batches.", f"{__name__}:CountingOutput")
+    monkeypatch.setattr(cmd, "FORMATS", outputs.FORMATS + (fmt,))
+    monkeypatch.setattr(cmd, "BY_NAME", {**outputs.BY_NAME, "count": fmt})
+    app = typer.Typer()
+    app.callback()(lambda: None)
+    cmd.register(app)
+    assert "--count" in CliRunner().invoke(app, ["export", "--help"]).output
+    t, dirs = build_two_nodes(tmp_path / "run")
+    out = tmp_path / "n.txt"
+    r = CliRunner().invoke(app, ["export", *map(str, dirs), "--count", str(out), "--json", str(tmp_path / "x.json")])
+    assert r.exit_code == 0, r.output
+    host = 100 + 12 + 2 * 66 + 100 + 100 + 3         # send WRs, receive WRs, completions (test_sql)
+    assert out.read_text() == f"doorbells=26 host={host} wqes={38 + 1}\n"   # WQEs and the one WQE_LOSS
+    assert "3 kinds of batch" in r.output and "node/process/gpu/qp" in r.output
+
+
+def test_every_registered_format_is_an_option():
+    from sigmatrace.export.outputs import FORMATS
+    r = cli("export", "--help")
+    for f in FORMATS:
+        assert all(flag in r.stdout for flag in f.flags)

@@ -5,10 +5,10 @@ import sys
 
 import numpy as np
 
-from sigmatrace.correlate.correlator import Correlator
+from sigmatrace.correlate.model import RunModel
 from sigmatrace.correlate.matrix import build
-from sigmatrace.correlate.pipeline import run
-from sigmatrace.export.perfetto import PerfettoSink
+from sigmatrace.correlate.output import write
+from sigmatrace.export.perfetto import PerfettoOutput
 from sigmatrace.trace.synth import T0_NS, SynthTrace
 
 from .conftest import parse_perfetto
@@ -22,7 +22,7 @@ def test_cxi_commands(tmp_path):
     t.cxi_cmds(a, 40, cq=3, dst_nid=0x41, dst_ep=7, size=8192, start_ns=start, period_ns=1000)
     dirs = t.write(tmp_path / "run")
     out = tmp_path / "c.pftrace"
-    res = run(Correlator(dirs), [PerfettoSink(out)])
+    res = write(RunModel.load(dirs), [PerfettoOutput(out)])
     assert res.problems == []
     pt = parse_perfetto(out)
     ev = [(p, te) for p, te in pt.events if pt.name(te) == "cxi PUT"]
@@ -40,5 +40,5 @@ def test_cxi_commands(tmp_path):
                        capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr
     assert json.loads(r.stdout) == [{"kind": "cxi_cmd", "op": "PUT", "n": 40, "b": 40 * 8192, "lo": 0, "hi": 39 * 8192}]
-    m = build(Correlator(dirs), "node")
+    m = build(RunModel.load(dirs), "node")
     assert m.unresolved == {"nid001": [40, 40 * 8192]} and m.bytes.sum() == 0

@@ -5,7 +5,7 @@ import sys
 
 import numpy as np
 
-from sigmatrace.correlate.correlator import Correlator
+from sigmatrace.correlate.model import RunModel
 from sigmatrace.correlate.matrix import build
 from sigmatrace.trace.synth import SynthTrace, WR_RDMA_READ
 
@@ -18,7 +18,7 @@ def _cells(m):
 def test_levels(two_nodes):
     t, dirs = two_nodes
     e = t.expected
-    c = Correlator(dirs)
+    c = RunModel.load(dirs)
     a_gpu = sum(v for k, v in e.gpu_bytes.items() if k[0][1] == 0)
     b_gpu = sum(v for k, v in e.gpu_bytes.items() if k[0][1] == 1)
     host_a, host_b = 50 * 4096 + 12 * 65536, 50 * 4096
@@ -45,7 +45,7 @@ def test_reads_count_from_the_data_holder_and_aggregate_mode(tmp_path):
     t.rdma_writes(q1, 7, size=1000)                        # a (aggregate mode: no records) writes to b
     t.rdma_writes(q2, 5, size=300, op=WR_RDMA_READ)        # b reads from a: data a -> b
     dirs = t.write(tmp_path / "run")
-    c = Correlator(dirs)
+    c = RunModel.load(dirs)
     assert [len(p.streams) for p in c.procs] == [0, 1]
     assert _cells(build(c, "node")) == {("n1", "n2"): (7000 + 1500, 12)}
     assert t.expected.bytes == {(10, 20): 8500}
@@ -53,7 +53,7 @@ def test_reads_count_from_the_data_holder_and_aggregate_mode(tmp_path):
 
 def test_unresolved_peers_are_kept_apart(two_nodes):
     t, dirs = two_nodes
-    m = build(Correlator(dirs[:1]), "process")           # node-b's trace not given
+    m = build(RunModel.load(dirs[:1]), "process")           # node-b's trace not given
     assert m.bytes.sum() == 0
     e = t.expected
     assert m.unresolved == {"node-a:4242": [62 + e.wqes[(4242, t.ga.qpn)],

@@ -7,9 +7,9 @@ import sys
 
 import numpy as np
 
-from sigmatrace.correlate.correlator import Correlator
-from sigmatrace.correlate.pipeline import run
-from sigmatrace.export.perfetto import PerfettoSink
+from sigmatrace.correlate.model import RunModel
+from sigmatrace.correlate.output import write
+from sigmatrace.export.perfetto import PerfettoOutput
 from sigmatrace.trace.reader import TraceDir
 from sigmatrace.trace.synth import T0_NS
 
@@ -53,7 +53,7 @@ def test_merged_trace_aligns_within_calibration_error(tmp_path):
     t, dirs = build_two_nodes(tmp_path / "ranks", layout="process")
     out = tmp_path / "all"
     sigmatrace("merge", *dirs, "-o", out)
-    res = run(Correlator([out]), [PerfettoSink(tmp_path / "m.pftrace")])
+    res = write(RunModel.load([out]), [PerfettoOutput(tmp_path / "m.pftrace")])
     assert res.problems == []
     pt = parse_perfetto(tmp_path / "m.pftrace")
     got = collections.defaultdict(list)
@@ -69,7 +69,7 @@ def test_merged_trace_aligns_within_calibration_error(tmp_path):
     b_recv = np.sort(got[("ibv_poll_cq", t.qb.qpn, "RECV")])
     assert np.abs((b_recv - a_send) - 1500).max() <= 2 * JITTER_NS + 3
     # and the merged trace exports exactly what the two directories export
-    run(Correlator(dirs), [PerfettoSink(tmp_path / "d.pftrace")])
+    write(RunModel.load(dirs), [PerfettoOutput(tmp_path / "d.pftrace")])
     pd = parse_perfetto(tmp_path / "d.pftrace")
     key = lambda x: sorted((p.timestamp, x.name(te), tuple(sorted(x.args(te).items())), tuple(te.flow_ids))  # noqa: E731
                            for p, te in x.events)
@@ -108,9 +108,9 @@ def test_exec_images_are_processes_of_their_own(tmp_path):
     sigmatrace("merge", root, "-o", tmp_path / "m")
     td = TraceDir(tmp_path / "m")
     assert sorted(p.path.name for p in td.processes) == ["p4242", "p4242.1"]
-    c = Correlator([tmp_path / "m"])
+    c = RunModel.load([tmp_path / "m"])
     assert sorted(p.label for p in c.procs) == ["node-a:4242", "node-b:4242.1"]
-    run(c, [PerfettoSink(tmp_path / "x.pftrace")])
+    write(c, [PerfettoOutput(tmp_path / "x.pftrace")])
     pt = parse_perfetto(tmp_path / "x.pftrace")
     names = sorted(td.process.process_name for td in pt.tracks.values() if td.HasField("process"))
     assert names == ["node-a:4242 rank 0 synthetic", "node-b:4242.1 rank 1 synthetic"]

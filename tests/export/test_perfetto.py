@@ -5,9 +5,9 @@ import collections
 import numpy as np
 import pytest
 
-from sigmatrace.correlate.correlator import Correlator
-from sigmatrace.correlate.pipeline import run
-from sigmatrace.export.perfetto import PerfettoSink
+from sigmatrace.correlate.model import RunModel
+from sigmatrace.correlate.output import write
+from sigmatrace.export.perfetto import PerfettoOutput
 from sigmatrace.trace.synth import T0_NS
 
 from .conftest import JITTER_NS, build_two_nodes, parse_perfetto
@@ -17,7 +17,7 @@ from .conftest import JITTER_NS, build_two_nodes, parse_perfetto
 def exported(tmp_path):
     t, dirs = build_two_nodes(tmp_path / "run")
     out = tmp_path / "run.pftrace"
-    res = run(Correlator(dirs), [PerfettoSink(out)])
+    res = write(RunModel.load(dirs), [PerfettoOutput(out)])
     return t, res, parse_perfetto(out)
 
 
@@ -198,7 +198,7 @@ def test_chunking_does_not_change_the_result(tmp_path):
     outs = []
     for chunk in (4096, 1 << 17):
         out = tmp_path / f"c{chunk}.pftrace"
-        run(Correlator(dirs, chunk_records=chunk), [PerfettoSink(out)])
+        write(RunModel.load(dirs, chunk_records=chunk), [PerfettoOutput(out)])
         pt = parse_perfetto(out)
         outs.append(sorted((p.timestamp, pt.name(te), tuple(sorted(pt.args(te).items())), tuple(te.flow_ids),
                             tuple(te.terminating_flow_ids)) for p, te in pt.events))
@@ -221,9 +221,9 @@ def test_two_threads_posting_on_one_qp(tmp_path):
     t._recv_side(qb, times + 1500, 1024)
     a.end_ns = b.end_ns = int(times[-1]) + 10_000      # the end triples come after the last event
     dirs = t.write(tmp_path / "run")
-    c = Correlator(dirs)
-    assert c.flow_counts().needs_order == {0}
-    run(c, [PerfettoSink(tmp_path / "x.pftrace")])
+    c = RunModel.load(dirs)
+    assert c.flow_counts.needs_order == {0}
+    write(c, [PerfettoOutput(tmp_path / "x.pftrace")])
     pt = parse_perfetto(tmp_path / "x.pftrace")
     src = {f: (p, te) for p, te in pt.events for f in te.flow_ids}
     pairs = 0
@@ -244,7 +244,7 @@ def test_gpu_sends_flow_to_the_receives_they_completed(tmp_path):
     ga, gb = t.gpu_pair(a, b)
     t.gpu_ops(ga, 30, size=512, sends=True, batch_doorbells=4)
     dirs = t.write(tmp_path / "run")
-    run(Correlator(dirs), [PerfettoSink(tmp_path / "x.pftrace")])
+    write(RunModel.load(dirs), [PerfettoOutput(tmp_path / "x.pftrace")])
     pt = parse_perfetto(tmp_path / "x.pftrace")
     src = {f: (p, te) for p, te in pt.events for f in te.flow_ids}
     n = 0

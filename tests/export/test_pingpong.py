@@ -268,6 +268,6 @@ def test_one_thread_track_per_side(run, exported):
     pt = exported
     threads = [td for td in pt.tracks.values() if td.HasField("thread")]
     assert sorted(td.thread.thread_name for td in threads) == ["ibv_rc_pingpong", "ibv_rc_pingpong"]
-    from sigmatrace.correlate.correlator import Correlator
-    c = Correlator([run["server"], run["client"]])
+    from sigmatrace.correlate.model import RunModel
+    c = RunModel.load([run["server"], run["client"]])
     assert all(len(p.calib) >= 2 and p.clock.points >= 2 for p in c.procs)   # the flusher's triples are used

@@ -127,3 +127,78 @@ def test_tables_inside_the_trace_and_any_order(tmp_path, env):
     stamp = (inside / "sigmatrace-tables.json").stat().st_mtime_ns
     assert rows(env, *reversed(dirs), q, "--parquet", inside) == [{"n": 26}]
     assert (inside / "sigmatrace-tables.json").stat().st_mtime_ns == stamp
+
+
+def test_queries_reach_no_file_but_the_tables(tmp_path, env):
+    """The connection is locked once the tables are open: no other file read or written, no
+    database attached, no extension installed or loaded; each refusal is one line."""
+    t, dirs = build_two_nodes(tmp_path / "run")
+    secret = tmp_path / "secret.txt"
+    secret.write_text("password\n")
+    out = tmp_path / "out"
+    out.mkdir()
+    attacks = {
+        "read": f"SELECT * FROM read_csv('{secret}')",
+        "copy": f"COPY (SELECT 1) TO '{out}/x.csv'",
+        "attach": f"ATTACH '{out}/new.db' AS n",
+        "install": "INSTALL httpfs",
+        "load": "LOAD httpfs",
+        "unlock": "SET enable_external_access = true",
+    }
+    for name, q in attacks.items():
+        r = sql(env, *dirs, q, check=False)
+        assert r.returncode == 1, (name, r.stdout, r.stderr)
+        lines = r.stderr.strip().splitlines()
+        assert len(lines) == 1 and lines[0].startswith("sigmatrace: error: SQL error"), (name, r.stderr)
+        assert "password" not in r.stdout + r.stderr
+    assert list(out.iterdir()) == []
+    # nor can a query overwrite the tables it reads (DuckDB may read those files)
+    [cache] = list((tmp_path / "cache" / "sigmatrace" / "parquet").iterdir())
+    ops = cache / "ops.parquet"
+    before = ops.read_bytes()
+    r = sql(env, *dirs, f"COPY (SELECT 1 AS a) TO '{ops}' (FORMAT parquet, USE_TMP_FILE false)", check=False)
+    assert r.returncode == 1 and "COPY writes files" in r.stderr and ops.read_bytes() == before
+    # normal queries still work, the views' joins with qps included
+    assert rows(env, *dirs, "SELECT count(*) AS n FROM doorbells") == [{"n": 26}]
+    assert rows(env, *dirs, "SELECT count(*) AS n FROM ops WHERE peer_host = 'node-b' AND kind = 'send_wr'") == \
+        [{"n": 50 + 12}]
+
+
+def test_allow_files_lifts_the_lock(tmp_path, env):
+    t, dirs = build_two_nodes(tmp_path / "run")
+    data = tmp_path / "extra.csv"
+    data.write_text("a,b\n1,2\n")
+    assert rows(env, *dirs, f"SELECT * FROM read_csv('{data}')", "--allow-files") == [{"a": 1, "b": 2}]
+    sql(env, *dirs, f"COPY (SELECT 7 AS x) TO '{tmp_path}/y.csv'", "--allow-files")
+    assert (tmp_path / "y.csv").read_text().splitlines() == ["x", "7"]
+
+
+def test_tables_never_replace_what_is_not_ours(tmp_path, env):
+    """--parquet DIR is built anew only where nothing is or where our tables are: a directory
+    of other files (it used to be deleted whole), a file or a link is one line of error."""
+    t, dirs = build_two_nodes(tmp_path / "run")
+    q = "SELECT count(*) AS n FROM doorbells"
+    theirs = tmp_path / "theirs"
+    theirs.mkdir()
+    (theirs / "notes.txt").write_text("mine\n")
+    (tmp_path / "file").write_text("mine\n")
+    (tmp_path / "link").symlink_to(theirs)
+    for target, words in ((theirs, "not sigmatrace tables"), (tmp_path / "file", "not a directory"),
+                          (tmp_path / "link", "symbolic link")):
+        r = sql(env, *dirs, q, "--parquet", target, check=False)
+        assert r.returncode == 1 and words in r.stderr and "Traceback" not in r.stderr, r.stderr
+        assert len(r.stderr.strip().splitlines()) == 1
+    assert [p.name for p in theirs.iterdir()] == ["notes.txt"] and (theirs / "notes.txt").read_text() == "mine\n"
+    assert (tmp_path / "file").read_text() == "mine\n"
+
+
+def test_rebuild_builds_the_tables_again(tmp_path, env):
+    t, dirs = build_two_nodes(tmp_path / "run")
+    tables = tmp_path / "tables"
+    q = "SELECT count(*) AS n FROM doorbells"
+    assert rows(env, *dirs, q, "--parquet", tables) == [{"n": 26}]
+    marker = tables / "sigmatrace-tables.json"
+    stamp = marker.stat().st_mtime_ns
+    assert rows(env, *dirs, q, "--parquet", tables) == [{"n": 26}] and marker.stat().st_mtime_ns == stamp
+    assert rows(env, *dirs, q, "--parquet", tables, "--rebuild") == [{"n": 26}]
+    assert marker.stat().st_mtime_ns != stamp

@@ -1,7 +1,7 @@
 """QP topology across trace directories: by GID, by LID, devx, and what cannot be resolved."""
 import json
 
-from sigmatrace.correlate.correlator import Correlator
+from sigmatrace.correlate.model import RunModel
 from sigmatrace.trace.writer import make_dir, write_json
 
 
@@ -38,7 +38,7 @@ def _peers(c):
 
 def test_synthetic_run(two_nodes):
     t, dirs = two_nodes
-    c = Correlator(dirs)
+    c = RunModel.load(dirs)
     got = _peers(c)
     assert got == {("node-a", t.qa.qpn): ("node-b", t.qb.qpn), ("node-b", t.qb.qpn): ("node-a", t.qa.qpn),
                    ("node-a", t.ga.qpn): ("node-b", t.gb.qpn), ("node-b", t.gb.qpn): ("node-a", t.ga.qpn)}
@@ -52,7 +52,7 @@ def test_same_qpn_on_three_nodes_resolved_by_gid(tmp_path):
     dirs = [_proc(tmp_path, "a", 1, [_port(1, ga), *_qp(0x20, 0x10, dgid=gc)]),
             _proc(tmp_path, "b", 2, [_port(2, gb), *_qp(0x10, 0x99, dgid=ga)]),
             _proc(tmp_path, "c", 3, [_port(3, gc), *_qp(0x10, 0x20, dgid=ga)])]
-    got = _peers(Correlator(dirs))
+    got = _peers(RunModel.load(dirs))
     assert got[("a", 0x20)] == ("c", 0x10) and got[("c", 0x10)] == ("a", 0x20) and got[("b", 0x10)] is None
 
 
@@ -60,7 +60,7 @@ def test_resolved_by_lid_when_no_gid(tmp_path):
     dirs = [_proc(tmp_path, "a", 1, [_port(1, None), *_qp(0x20, 0x10, dlid=3)]),
             _proc(tmp_path, "b", 2, [_port(2, None), *_qp(0x10, 0x20, dlid=7)]),
             _proc(tmp_path, "c", 3, [_port(3, None), *_qp(0x10, 0x20, dlid=1)])]
-    got = _peers(Correlator(dirs))
+    got = _peers(RunModel.load(dirs))
     assert got[("a", 0x20)] == ("c", 0x10) and got[("c", 0x10)] == ("a", 0x20)
     assert got[("b", 0x10)] is None          # it names lid 7, which no one has
 
@@ -70,7 +70,7 @@ def test_ambiguous_is_left_unresolved_and_reported(tmp_path):
     dirs = [_proc(tmp_path, "a", 1, _qp(0x20, 0x10)),
             _proc(tmp_path, "b", 2, _qp(0x10, 0x20)),
             _proc(tmp_path, "c", 3, _qp(0x10, 0x20))]
-    c = Correlator(dirs)
+    c = RunModel.load(dirs)
     got = _peers(c)
     # a cannot tell b from c; b and c both point at a, which names neither: nobody is paired
     assert got == {("a", 0x20): None, ("b", 0x10): None, ("c", 0x10): None}
@@ -79,7 +79,7 @@ def test_ambiguous_is_left_unresolved_and_reported(tmp_path):
 
 def test_mutual_pair_without_addresses(tmp_path):
     dirs = [_proc(tmp_path, "a", 1, _qp(0x20, 0x10)), _proc(tmp_path, "b", 2, _qp(0x10, 0x20))]
-    got = _peers(Correlator(dirs))
+    got = _peers(RunModel.load(dirs))
     assert got == {("a", 0x20): ("b", 0x10), ("b", 0x10): ("a", 0x20)}
 
 
@@ -91,7 +91,7 @@ def test_devx_qp_through_its_pd_context(tmp_path):
         {"ev": "devx_qp_modify", "obj": 77, "op": "INIT2RTR", "remote_qpn": rq, "rgid": rgid}]   # no qpn: by obj
     dirs = [_proc(tmp_path, "a", 1, [_port(1, ga), *devx(0x30, 0x40, gb, 2)]),
             _proc(tmp_path, "b", 2, [_port(2, gb), *devx(0x40, 0x30, ga, 5)])]
-    c = Correlator(dirs)
+    c = RunModel.load(dirs)
     assert _peers(c) == {("a", 0x30): ("b", 0x40), ("b", 0x40): ("a", 0x30)}
     assert sorted((q.gpu, q.sq_slots, q.state, q.origin) for q in c.topology.qps) == \
         [(2, 256, "RTR", "devx"), (5, 256, "RTR", "devx")]
@@ -105,15 +105,15 @@ def test_loopback_devx_pairs_without_port_addresses(tmp_path):
                 {"ev": "devx_qp_modify", "obj": obj, "qpn": qpn, "op": "INIT2RTR", "remote_qpn": rq, "rlid": 18}]
     dirs = [_proc(tmp_path, "a", 1, [*devx(0x109, 0x10a, 1), *devx(0x10a, 0x109, 2),
                                      *devx(0x10b, 0x10c, 3), *devx(0x10c, 0x10b, 4)])]
-    assert _peers(Correlator(dirs)) == {("a", 0x109): ("a", 0x10a), ("a", 0x10a): ("a", 0x109),
+    assert _peers(RunModel.load(dirs)) == {("a", 0x109): ("a", 0x10a), ("a", 0x10a): ("a", 0x109),
                                         ("a", 0x10b): ("a", 0x10c), ("a", 0x10c): ("a", 0x10b)}
 
 
 def test_qps_made_before_attach_get_no_flows(two_nodes, tmp_path):
     """A QP known only from qp_query (made before an attach) was not seen from its first
     operation: ordinals on the two sides would not line up, so it gets no flows."""
-    from sigmatrace.correlate.pipeline import run
-    from sigmatrace.export.perfetto import PerfettoSink
+    from sigmatrace.correlate.output import write
+    from sigmatrace.export.perfetto import PerfettoOutput
     from .conftest import parse_perfetto
     t, dirs = two_nodes
     cold = dirs[1] / "p4242" / "cold.jsonl"
@@ -127,9 +127,31 @@ def test_qps_made_before_attach_get_no_flows(two_nodes, tmp_path):
             continue
         keep.append(e)
     cold.write_text("".join(json.dumps(e) + "\n" for e in keep))
-    c = Correlator(dirs)
+    c = RunModel.load(dirs)
     assert _peers(c)[("node-b", t.qb.qpn)] == ("node-a", t.qa.qpn)
-    run(c, [PerfettoSink(tmp_path / "x.pftrace")])
+    write(c, [PerfettoOutput(tmp_path / "x.pftrace")])
     out, end = parse_perfetto(tmp_path / "x.pftrace").flows()
     # only node-a's own signaled WRs -> completions remain (50 sends + 3 writes)
     assert len(out) == len(end) == 53
+
+
+def test_report_pairs_qps_as_the_exports_do(tmp_path):
+    """`report` takes each QP's peer from the run model: a QP whose own peer's connection was
+    not recorded is still paired by its remote number and address, as export pairs it (the
+    report's own name-each-other rule used to leave both unpaired)."""
+    from sigmatrace.report import build_report
+    from sigmatrace.trace.reader import TraceDir
+    from sigmatrace.trace.synth import SynthTrace
+    t = SynthTrace(5)
+    a, b = t.process("n", 10), t.process("n", 20)
+    qa, qb = t.rc_pair(a, b)
+    t.rdma_writes(qa, 3, size=100)
+    [d] = t.write(tmp_path / "run")
+    cold = d / "p20" / "cold.jsonl"
+    lines = [json.loads(x) for x in cold.read_text().splitlines()]
+    cold.write_text("".join(json.dumps(e) + "\n" for e in lines if not (e["ev"] == "qp_modify" and "dest_qpn" in e)))
+    model = RunModel.load([d])
+    assert _peers(model) == {("n", qa.qpn): ("n", qb.qpn), ("n", qb.qpn): None}
+    rep = build_report(TraceDir(d))
+    assert [(q["pid"], q["qpn"], q["remote_qpn"], q["remote_pid"]) for q in rep["qps"]] == \
+        [(10, qa.qpn, qb.qpn, 20), (20, qb.qpn, None, None)]

@@ -1,0 +1,93 @@
+"""The correlated stream: every process's records as batches, each labelled with its kind.
+
+    for part in CorrelatedStream(model, flows=True):
+        part.kind, part.proc, part.batch
+
+Kinds, in the order a process's records allow:
+  host       records of host calls and CXI commands (POST_SEND, SEND_WR, RECV_WR, POST_SRQ_RECV,
+             COMPLETION, CXI_CMD), with `ep` / `peer` endpoints and, with flows, `flow_out` /
+             `flow_local` / `flow_in` (sigmatrace.correlate.flows)
+  wqes       WQE and WQE_LOSS records placed at their doorbell (`db_ns`, `db_pi`)
+  doorbells  DOORBELL records annotated with their WQEs (`n_wqes`, `wqe_bytes`, `first_op`,
+             `first_raddr`, `first_rkey`, `lost_bbs`)
+Records come from the model (sigmatrace.correlate.events reads them, clocks applied); the
+doorbell joiner (sigmatrace.correlate.doorbells) places WQEs; the model's topology names
+endpoints.  Outputs consume the stream (sigmatrace.correlate.output).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Iterator
+
+import numpy as np
+
+from ..trace import format as fmt
+from . import ops as O
+from .doorbells import DoorbellJoiner
+from .events import Batch
+from .flows import FlowMatcher
+from .model import RunModel
+from .traceset import Proc
+
+RT = fmt.RecType
+KINDS = ("host", "wqes", "doorbells")
+
+
+@dataclass(frozen=True)
+class Correlated:
+    kind: str          # one of KINDS
+    proc: Proc
+    batch: Batch
+
+
+class CorrelatedStream:
+    """One read of every process's records.  `flows`: annotate flow ids (reads the model's flow
+    counts); `endpoints`: label QP records with `ep` / `peer` (implied by flows).  `records`
+    counts the records read so far."""
+
+    def __init__(self, model: RunModel, flows: bool = False, endpoints: bool = True, on_read=None):
+        self.model = model
+        self.flows = flows
+        self.endpoints = flows or endpoints
+        self.on_read = on_read
+        self.records = 0
+
+    def __iter__(self) -> Iterator[Correlated]:
+        model = self.model
+        counts = model.flow_counts if self.flows else None
+        matcher = FlowMatcher(model.topology, counts) if counts is not None else None
+        for p in model.procs:
+            has_wqes = any(int(s.type_counts[RT.WQE] + s.type_counts[RT.WQE_LOSS]) for s in p.streams)
+            joiner = DoorbellJoiner(wait_for_wqes=has_wqes)
+            ordered = counts is not None and p.index in counts.needs_order
+            for b in model.batches(p, ordered=ordered, on_read=self.on_read):
+                self.records += b.n
+                host = O.IS_HOST[b["type"]]
+                if host.any():
+                    hb = b.take(np.flatnonzero(host)) if not host.all() else b
+                    if self.endpoints:
+                        self._label(p, hb, matcher)
+                    yield Correlated("host", p, hb)
+                if not host.all():
+                    yield from self._joined(p, joiner.feed(b), matcher)
+            yield from self._joined(p, joiner.finish(), matcher)
+
+    def _joined(self, p: Proc, out, matcher) -> Iterator[Correlated]:
+        doorbells, placed = out
+        if placed is not None and placed.n:
+            if self.endpoints:
+                self._label(p, placed, matcher)
+            yield Correlated("wqes", p, placed)
+        if doorbells is not None and doorbells.n:
+            if self.endpoints:
+                self._label(p, doorbells, None)
+            yield Correlated("doorbells", p, doorbells)
+
+    def _label(self, p: Proc, b: Batch, matcher) -> None:
+        topo = self.model.topology
+        ep = topo.endpoint(p.index, b["qpn"])
+        ep[~O.HAS_QP[b["type"]]] = -1
+        b.cols["ep"] = ep
+        b.cols["peer"] = topo.peer_of(ep)
+        if matcher is not None:
+            matcher.annotate(b, ep, b.cols["peer"])
