@@ -336,6 +336,7 @@ static void create_qp(void *ctx, const uint8_t *in, uint32_t qpn, void *obj, uin
     q->repeater = -1;
     q->gpu = -1;
     q->sq_mem = DB_MEM_UNKNOWN;
+    q->dbr_mem = DB_MEM_UNKNOWN;
     devx_lock();
     struct umem_ent *u = wq_valid ? umem_by_id(ctx, wq_umem) : NULL;
     if (u && !no_sq) {
@@ -351,6 +352,11 @@ static void create_qp(void *ctx, const uint8_t *in, uint32_t qpn, void *obj, uin
     }
     struct umem_ent *du = dbr_valid ? umem_by_id(ctx, dbr_umem) : NULL;
     uint64_t dbr_loc = du ? du->addr + dbr_addr : dbr_addr;
+    /* the record, where we can read it (a umem we saw; otherwise dbr_addr is the NIC's address) */
+    if (du && dbr_addr + 8 <= du->size) {
+        q->dbr_addr = dbr_loc;
+        q->dbr_mem = du->mem;
+    }
     q->live = db_live_qp(qpn, ST_QPF_DEVX | (q->sq_mem == DB_MEM_GPU ? ST_QPF_GPU_SQ : 0));
     if (!q->live)
         q->live = &q->priv;

@@ -252,6 +252,14 @@ static void record_loss(struct db_qp *q, uint64_t first, uint64_t n, uint64_t ts
     db_emit(&r);
 }
 
+/* The page's copier for GPU memory, made on first need by the page's thread; NULL if none. */
+static struct db_copier *page_gpu_copier(struct db_page *pg)
+{
+    if (!pg->gpu_cp && g_cops && g_cops->gpu_copier)
+        pg->gpu_cp = g_cops->gpu_copier(g_cops_owner, pg->cuctx);
+    return pg->gpu_cp;
+}
+
 static void prepare_recovery(struct db_page *pg, struct db_qp *q)
 {
     struct db_copier *cp = NULL;
@@ -259,9 +267,7 @@ static void prepare_recovery(struct db_page *pg, struct db_qp *q)
     if (!q->slots || q->sq_mem == DB_MEM_UNKNOWN)
         return;
     if (q->sq_mem == DB_MEM_GPU) {
-        if (!pg->gpu_cp && g_cops && g_cops->gpu_copier)
-            pg->gpu_cp = g_cops->gpu_copier(g_cops_owner, pg->cuctx);
-        cp = pg->gpu_cp;
+        cp = page_gpu_copier(pg);
         if (!cp) {
             db_error("wqe_recovery", "qp 0x%x: its send queue is in GPU memory and no CUDA copy stream could be made; its WQEs are counted as lost",
                      q->qpn);
@@ -318,10 +324,10 @@ static int copy_after(const struct db_rthread *T, const struct db_page *pg, cons
     return delta <= few && pg->quiet_since && mono_ns() - pg->quiet_since >= (uint64_t)T->p.quiet_us * 1000;
 }
 
-static void on_doorbell(struct db_rthread *T, struct db_page *pg, uint64_t raw, uint64_t ts)
+/* Doorbell value `raw` (decoded: v) of QP q (NULL: nobody's): account, copy, forward, record. */
+static void ring_qp(struct db_rthread *T, struct db_page *pg, struct db_qp *q, struct db_value v, uint64_t raw,
+                    uint64_t ts)
 {
-    struct db_value v = db_decode(raw);
-    struct db_qp *q = page_find_qp(pg, v.qpn);
     uint64_t delta = 0;
     uint8_t flags = 0;
     if (q) {
@@ -345,11 +351,8 @@ static void on_doorbell(struct db_rthread *T, struct db_page *pg, uint64_t raw, 
     pg->quiet_since = 0;
     if (recover && !after)
         recover_blocks(pg, q, delta, ts);
-    /* forward: one 64-bit store, then make it leave the write-combining buffer */
-    __atomic_store_n(pg->target, raw, __ATOMIC_RELAXED);
-    __builtin_ia32_sfence();
+    db_mmio_store(pg->target, raw); /* the forward */
 
-    pg->last[0] = raw;
     struct st_live_repeater *l = pg->live;
     l->doorbells++;
     l->forwarded++;
@@ -381,6 +384,130 @@ static void on_doorbell(struct db_rthread *T, struct db_page *pg, uint64_t raw, 
     }
 }
 
+static void on_doorbell(struct db_rthread *T, struct db_page *pg, uint64_t raw, uint64_t ts)
+{
+    struct db_value v = db_decode(raw);
+    ring_qp(T, pg, page_find_qp(pg, v.qpn), v, raw, ts);
+    pg->last[0] = raw;
+    if (__atomic_load_n(&pg->n_qps, __ATOMIC_ACQUIRE) > 1)
+        pg->records_due = 1;
+}
+
+/* ---- QPs that share one doorbell line ----------------------------------------------------------
+ * A doorbell of one QP overwritten by another QP's before the repeater looked is never seen, yet
+ * the NIC must learn that QP's producer index: a program that waits for its completion before
+ * ringing again would wait forever.  Each QP's doorbell record (its send counter, which the
+ * producer writes before it rings) says how far it got.  After each doorbell value seen on a line
+ * that serves several QPs, and once more when the line goes quiet, the records of its QPs are
+ * read; a QP whose record stays ahead of what was forwarded for it gets a doorbell of ours with
+ * the record's index (GPU libraries' form: opcode and ds 0), which is what the NIC reads on a
+ * doorbell of that QP.  "Stays": for RECORD_SETTLE_NS.  A producer writes the record, fences,
+ * then rings; forwarding the moment the record moved could announce WQEs a GPU has not made
+ * visible yet (its stores before the fence are not ordered), and a doorbell that was not hidden
+ * arrives within that time and is forwarded as usual. */
+
+#define RECORD_SETTLE_NS 4000
+
+static uint64_t doorbell_of(uint32_t qpn, uint16_t next)
+{
+    return ((uint64_t)__builtin_bswap32(qpn << 8) << 32) | __builtin_bswap32((uint32_t)next << 8);
+}
+
+/* Where copies of records in GPU memory land: a slot per QP of the page. */
+static struct db_copier *record_copier(struct db_page *pg)
+{
+    if (pg->records_unreadable)
+        return NULL;
+    struct db_copier *cp = page_gpu_copier(pg);
+    if (cp && !pg->record_copies) {
+        size_t bytes = DB_PAGE_MAX_QPS * sizeof(uint32_t);
+        pg->record_copies = cp->async && g_cops && g_cops->alloc_mirror ? g_cops->alloc_mirror(cp, bytes)
+                                                                       : calloc(1, bytes);
+    }
+    if (!cp || !pg->record_copies) {
+        pg->records_unreadable = 1;
+        db_error("repeater", "repeater %d: the doorbell records of its QPs are in GPU memory and cannot be copied; "
+                 "a doorbell hidden by another QP's reaches the NIC only with that QP's next one", pg->index);
+        return NULL;
+    }
+    return cp;
+}
+
+/* The send counters of the page's QPs' doorbell records: sc[i] for the QPs with ok[i] set. */
+static void read_records(struct db_page *pg, uint32_t n, uint32_t *sc, uint8_t *ok)
+{
+    struct db_copier *cp = NULL;
+    int copied = 0;
+    for (uint32_t i = 0; i < n; i++) {
+        struct db_qp *q = pg->qps[i];
+        ok[i] = 0;
+        if (!q || q->dead || !q->dbr_addr || (!q->have_pi && !q->known_start))
+            continue;
+        if (q->dbr_mem == DB_MEM_HOST) {
+            sc[i] = __builtin_bswap32(__atomic_load_n((volatile uint32_t *)(uintptr_t)(q->dbr_addr + 4), __ATOMIC_ACQUIRE));
+            ok[i] = 1;
+        } else if (q->dbr_mem == DB_MEM_GPU && (cp || (cp = record_copier(pg))) &&
+                   cp->copy(cp, &pg->record_copies[i], q->dbr_addr + 4, sizeof(uint32_t)) == 0) {
+            ok[i] = 2;
+            copied = 1;
+        }
+    }
+    if (!copied)
+        return;
+    int landed = !cp->async || cp->sync(cp) == 0;
+    for (uint32_t i = 0; i < n; i++)
+        if (ok[i] == 2) {
+            ok[i] = (uint8_t)landed;
+            sc[i] = __builtin_bswap32(((volatile uint32_t *)pg->record_copies)[i]);
+        }
+}
+
+/* Forward a doorbell for each QP of the page whose record stayed ahead of its producer index
+ * (`now_too`: without waiting, the register goes away).  Returns how many are still ahead. */
+static int forward_hidden_doorbells(struct db_rthread *T, struct db_page *pg, int now_too)
+{
+    uint32_t n = __atomic_load_n(&pg->n_qps, __ATOMIC_ACQUIRE);
+    if (n < 2)
+        return 0;
+    uint32_t sc[DB_PAGE_MAX_QPS];
+    uint8_t ok[DB_PAGE_MAX_QPS];
+    read_records(pg, n, sc, ok);
+    uint64_t now = mono_ns();
+    int ahead = 0;
+    for (uint32_t i = 0; i < n; i++) {
+        if (!ok[i])
+            continue;
+        struct db_qp *q = pg->qps[i];
+        uint16_t cur = q->have_pi ? (uint16_t)q->pi : 0, rec = (uint16_t)sc[i];
+        uint16_t by = (uint16_t)(rec - cur), was = (uint16_t)(q->dbr_pi - cur);
+        if (!by || by > 0x8000) { /* not ahead (or a record behind: ours to ignore) */
+            q->dbr_since = 0;
+            continue;
+        }
+        if (!q->dbr_since || !was || was > 0x8000) { /* newly ahead: its doorbell may be on its way */
+            q->dbr_pi = rec;
+            q->dbr_since = now;
+        }
+        if (!now_too && now - q->dbr_since < RECORD_SETTLE_NS) {
+            ahead++;
+            continue;
+        }
+        uint16_t to = now_too ? rec : q->dbr_pi;
+        uint64_t raw = doorbell_of(q->qpn, to);
+        ring_qp(T, pg, q, db_decode(raw), raw, db_now());
+        pg->record_doorbells++;
+        __atomic_add_fetch(&g_stats.record_doorbells, 1, __ATOMIC_RELAXED);
+        if (to != rec) { /* it moved on meanwhile: that part waits its turn */
+            q->dbr_pi = rec;
+            q->dbr_since = now;
+            ahead++;
+        } else {
+            q->dbr_since = 0;
+        }
+    }
+    return ahead;
+}
+
 /* Words 1-7 of the watched line (BlueFlame payload a host library might write): forwarded as
  * stored, in address order, without records. */
 static void forward_other_words(struct db_page *pg)
@@ -389,8 +516,7 @@ static void forward_other_words(struct db_page *pg)
         uint64_t v = __atomic_load_n(&pg->watch[w], __ATOMIC_RELAXED);
         if (v != pg->last[w]) {
             pg->last[w] = v;
-            __atomic_store_n(&pg->target[w], v, __ATOMIC_RELAXED);
-            __builtin_ia32_sfence();
+            db_mmio_store(&pg->target[w], v);
         }
     }
 }
@@ -423,6 +549,7 @@ static void finish_page(struct db_page *pg)
     if (v != pg->last[0])
         on_doorbell(pg->thread, pg, v, db_now());
     forward_other_words(pg);
+    forward_hidden_doorbells(pg->thread, pg, 1);
     flush_page(pg);
     pg->live->state = ST_REP_STOPPED;
     __atomic_store_n(&pg->stopped, 1, __ATOMIC_RELEASE);
@@ -451,11 +578,12 @@ static void report_stats(struct db_rthread *T, uint64_t started)
 {
     struct timespec cpu;
     clock_gettime(CLOCK_THREAD_CPUTIME_ID, &cpu);
-    uint64_t spins = 0, backoffs = 0, sleeps = 0, doorbells = 0, armed_used = 0, copied_after = 0;
+    uint64_t spins = 0, backoffs = 0, sleeps = 0, doorbells = 0, armed_used = 0, copied_after = 0, from_records = 0;
     uint32_t n = __atomic_load_n(&T->n_pages, __ATOMIC_ACQUIRE);
     for (uint32_t i = 0; i < n; i++) {
         struct db_page *pg = T->pages[i];
         doorbells += pg->live->doorbells;
+        from_records += pg->record_doorbells;
         uint32_t nq = __atomic_load_n(&pg->n_qps, __ATOMIC_ACQUIRE);
         for (uint32_t k = 0; k < nq; k++)
             if (pg->qps[k] && pg->qps[k]->rec_state >= 1) {
@@ -470,11 +598,12 @@ static void report_stats(struct db_rthread *T, uint64_t started)
     }
     db_cold("\"ev\":\"repeater_stats\",\"thread\":%d,\"cpu\":%d,\"pages\":%u,\"doorbells\":%llu,\"cpu_ns\":%llu,"
             "\"wall_ns\":%llu,\"spins\":%llu,\"backoffs\":%llu,\"sleeps\":%llu,\"armed_copies\":%llu,"
-            "\"copied_after_forward\":%llu",
+            "\"copied_after_forward\":%llu,\"doorbells_from_records\":%llu",
             T->id, T->cpu, n, (unsigned long long)doorbells,
             (unsigned long long)cpu.tv_sec * 1000000000ull + (unsigned long long)cpu.tv_nsec,
             (unsigned long long)(mono_ns() - started), (unsigned long long)spins, (unsigned long long)backoffs,
-            (unsigned long long)sleeps, (unsigned long long)armed_used, (unsigned long long)copied_after);
+            (unsigned long long)sleeps, (unsigned long long)armed_used, (unsigned long long)copied_after,
+            (unsigned long long)from_records);
 }
 
 /* Handle the page's doorbell word if it changed since we last saw it; 1 if it had. */
@@ -484,10 +613,15 @@ static int take_doorbell(struct db_rthread *T, struct db_page *pg)
     if (v == pg->last[0]) {
         if (!pg->quiet_since && T->p.copy_order == DB_COPY_ADAPTIVE)
             pg->quiet_since = mono_ns();
+        /* quiet: read the records once more, and again while one is ahead */
+        if (pg->records_due)
+            pg->records_due = forward_hidden_doorbells(T, pg, 0) > 0;
         return 0;
     }
     on_doorbell(T, pg, v, db_now());
     forward_other_words(pg);
+    if (pg->records_due)
+        forward_hidden_doorbells(T, pg, 0);
     return 1;
 }
 

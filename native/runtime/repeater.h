@@ -37,6 +37,8 @@ struct db_qp {
     int gpu;               /* CUDA device ordinal of the queue, -1 for host memory */
     uint32_t uar_page;
     int known_start;       /* we saw it created: its producer index starts at 0 */
+    uint64_t dbr_addr;     /* its doorbell record (be32 receive, send counters), 0: unknown */
+    int dbr_mem;           /* enum db_mem: where the record is (host: read directly) */
     struct st_live_qp *live; /* live-block slot, or &priv */
     struct st_live_qp priv;
     volatile int dead;     /* destroyed: no longer matched to doorbells */
@@ -51,6 +53,8 @@ struct db_qp {
     struct db_copier *mirror_cp; /* who allocated the mirror */
     int repeater;          /* page index, -1 while on none */
     uint64_t copied_after; /* doorbells whose blocks were copied after their forward */
+    uint16_t dbr_pi;       /* its record was seen ahead of `pi` at this index ... */
+    uint64_t dbr_since;    /* ... since then (ns), 0: not ahead */
 };
 
 /* When a doorbell's newly announced blocks are copied, relative to forwarding it.  Before: the
@@ -88,6 +92,10 @@ struct db_page {
     struct db_qp *armed_q;     /* holds an armed copy since armed_ns */
     uint64_t armed_ns;
     uint64_t quiet_since;      /* first poll that found no new doorbell since the last (ns), 0: none */
+    int records_due;           /* several QPs share the line: read their doorbell records */
+    uint32_t *record_copies;   /* pinned host copies of doorbell records in GPU memory, a slot per QP */
+    int records_unreadable;    /* no copier or memory for them: said once, not tried again */
+    uint64_t record_doorbells; /* doorbells forwarded from a QP's record, not seen on the line */
     volatile int stop_req, stopped;
 };
 
@@ -142,6 +150,7 @@ void db_set_qp_resolver(struct db_qp *(*fn)(uint32_t qpn, struct db_page *pg));
 /* Counters of doorbells whose qpn nobody knows, and such (for tests and the report). */
 struct db_stats {
     uint64_t unknown_qp_doorbells, backward_doorbells, pages, threads;
+    uint64_t record_doorbells; /* forwarded from doorbell records (hidden by another QP's) */
 };
 void db_stats(struct db_stats *out);
 
