@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "db_env.h"
+#include "db_thread.h"
 #include "repeater.h"
 
 #define MAX_PAGES_PER_THREAD 1024
@@ -24,13 +25,6 @@ struct db_rthread {
     int cpu;
     int state;
 };
-
-/* Set by a repeater thread once it has flushed for the end of a session (db_flush_all): from
- * then on it records nothing, so each doorbell it recorded has its WQEs recorded too.  Cleared
- * when it sees recording off, ready for the next session. */
-static __thread int tls_muted;
-int db_thread_recording(void) { return !tls_muted && db_recording(); }
-static int thread_records_wanted(void) { return !tls_muted && db_records_wanted(); }
 
 static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
 static pthread_mutex_t g_qp_lock = PTHREAD_MUTEX_INITIALIZER; /* appends to a page's QP table */
@@ -237,21 +231,6 @@ static struct db_qp *page_find_qp(struct db_page *pg, uint32_t qpn)
 
 /* ---- doorbells ------------------------------------------------------------------------------ */
 
-static void record_loss(struct db_qp *q, uint64_t first, uint64_t n, uint64_t ts)
-{
-    q->live->wqe_losses += n;
-    q->live->wqe_pi = first + n;
-    if (!thread_records_wanted())
-        return;
-    struct st_record r = {0};
-    r.ts = ts;
-    r.type = ST_REC_WQE_LOSS;
-    r.qpn = q->qpn;
-    r.aux32 = (uint32_t)first;
-    r.len = (uint32_t)n;
-    db_emit(&r);
-}
-
 /* The page's copier for GPU memory, made on first need by the page's thread; NULL if none. */
 static struct db_copier *page_gpu_copier(struct db_page *pg)
 {
@@ -286,7 +265,7 @@ static void prepare_recovery(struct db_page *pg, struct db_qp *q)
         return;
     }
     if (wqe_rec_init(&q->rec, q->qpn, q->st, q->slots, q->sq_addr, q->mirror, cp, pg->thread->p.wqe_batch,
-                     q->live, thread_records_wanted()) != 0) {
+                     q->live, db_thread_records_wanted()) != 0) {
         db_error("wqe_recovery", "qp 0x%x: cannot track a send queue of %u blocks", q->qpn, q->slots);
         return;
     }
@@ -307,10 +286,12 @@ static void recover_blocks(struct db_page *pg, struct db_qp *q, uint64_t delta, 
 {
     if (q->rec_state == 0)
         prepare_recovery(pg, q);
-    if (q->rec_state == 1)
+    if (q->rec_state == 1) {
         wqe_rec_announce(&q->rec, q->pi + delta, ts);
-    else
-        record_loss(q, q->pi, delta, ts);
+    } else { /* nothing to recover them from */
+        wqe_loss(q->live, q->qpn, q->pi, delta, ts, db_thread_records_wanted());
+        q->live->wqe_pi = q->pi + delta;
+    }
 }
 
 /* Copy the `delta` blocks this doorbell announces after forwarding it?  (See DB_COPY_*.)  In the
@@ -357,7 +338,7 @@ static void ring_qp(struct db_rthread *T, struct db_page *pg, struct db_qp *q, s
     l->doorbells++;
     l->forwarded++;
     l->last_doorbell_tsc = ts;
-    if (thread_records_wanted()) {
+    if (db_thread_records_wanted()) {
         struct st_record r = {0};
         r.ts = ts;
         r.type = ST_REC_DOORBELL;
@@ -695,10 +676,10 @@ static void *rthread_main(void *arg)
                 flush_page(pg);
             }
             report_stats(T, started);
-            tls_muted = 1;
+            db_thread_mute();
             __atomic_store_n(&T->flush_ack, req, __ATOMIC_RELEASE);
-        } else if (tls_muted && !db_recording()) {
-            tls_muted = 0;
+        } else {
+            db_thread_unmute_if_stopped();
         }
         if (!busy)
             arm_quiet_pages(T, n);

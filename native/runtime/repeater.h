@@ -141,9 +141,6 @@ int db_page_stop(struct db_page *pg, int timeout_ms);
 /* Every repeater thread synchronises and parses what it has recovered, then records nothing
  * more in this session (recording stops).  Waits up to timeout_ms for all of them. */
 void db_flush_all(int timeout_ms);
-/* On a repeater thread: whether it still records in this session (recording on, and it has not
- * flushed for the session's end). */
-int db_thread_recording(void);
 /* QP lookup for doorbells of a qpn the page does not know yet (devx_state.c installs it). */
 void db_set_qp_resolver(struct db_qp *(*fn)(uint32_t qpn, struct db_page *pg));
 

@@ -26,7 +26,7 @@ def progs(tmp_path_factory):
     out = tmp_path_factory.mktemp("dbtest")
     builds = {
         "test_repeater": [NATIVE / "test_repeater.c", NATIVE / "db_env_test.c", RUNTIME / "repeater.c",
-                          RUNTIME / "wqe_recovery.c", RUNTIME / "wqe_parse.c"],
+                          RUNTIME / "wqe_recovery.c", RUNTIME / "wqe_parse.c", RUNTIME / "db_thread.c"],
         "test_wqe_parse": [NATIVE / "test_wqe_parse.c", RUNTIME / "wqe_parse.c"],
     }
     for name, srcs in builds.items():
