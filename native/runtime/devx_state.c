@@ -248,7 +248,7 @@ static void umem_reg(void *ctx, void *addr, uint64_t size, uint32_t access, void
     uint32_t id = 0;
     if (umem) {
         id = ((const struct mlx5dv_devx_umem *)umem)->umem_id;
-        mem = db_cuda_classify((uint64_t)(uintptr_t)addr, &gpu);
+        mem = db_mem_of((uint64_t)(uintptr_t)addr, &gpu);
         devx_lock();
         struct umem_ent *e = grow((void **)&g_umems, &g_n_umems, &g_cap_umems, sizeof(*e));
         if (e) {

@@ -144,6 +144,12 @@ void db_set_copier_ops(const struct db_copier_ops *ops, void *owner)
     g_cops_owner = owner;
 }
 
+int db_mem_of(uint64_t addr, int *gpu)
+{
+    *gpu = -1;
+    return g_cops && g_cops->classify ? g_cops->classify(addr, gpu) : DB_MEM_HOST;
+}
+
 void db_set_qp_resolver(struct db_qp *(*fn)(uint32_t qpn, struct db_page *pg)) { g_resolver = fn; }
 
 void db_stats(struct db_stats *out)

@@ -72,6 +72,8 @@ struct db_copier_ops {
     struct db_copier *(*gpu_copier)(void *owner, void *cuctx);
     void *(*alloc_mirror)(struct db_copier *c, size_t bytes); /* pinned host memory */
     void (*free_mirror)(struct db_copier *c, void *p);
+    /* what kind of memory an address is: DB_MEM_GPU (device ordinal in *gpu) or DB_MEM_HOST */
+    int (*classify)(uint64_t addr, int *gpu);
 };
 
 struct db_page {
@@ -126,8 +128,11 @@ void db_params_load(struct db_params *p, int mode);
 /* Parse "2,3,8-11" into cpus; returns the count (0 on a bad list). */
 int db_parse_cpus(const char *s, int *cpus, int max);
 
-/* Set how repeater threads get CUDA copiers (cuda_hooks.c); NULL: host copies only. */
+/* Set how repeater threads get CUDA copiers (cuda_copier.c); NULL: host copies only. */
 void db_set_copier_ops(const struct db_copier_ops *ops, void *owner);
+/* What kind of memory an address is, as the copier ops say: DB_MEM_GPU with the device ordinal
+ * in *gpu, else DB_MEM_HOST (*gpu -1); host when no ops are set (CUDA not loaded). */
+int db_mem_of(uint64_t addr, int *gpu);
 
 /* Start watching: reads the page's starting values now (before the caller hands the pointer
  * out), then gives it to a repeater thread (started if needed).  NULL if out of pages/memory. */

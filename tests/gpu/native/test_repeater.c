@@ -190,7 +190,7 @@ static void tc_free(struct db_copier *c, void *p)
     (void)c;
     free(p);
 }
-static const struct db_copier_ops tc_ops = {tc_for, tc_alloc, tc_free};
+static const struct db_copier_ops tc_ops = {tc_for, tc_alloc, tc_free, NULL};
 
 /* ---- record checks -------------------------------------------------------------------------- */
 
