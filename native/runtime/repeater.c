@@ -15,6 +15,14 @@
 
 #define MAX_PAGES_PER_THREAD 1024
 
+/* Pacing of a thread whose pages are quiet (back_off). */
+struct db_backoff {
+    uint64_t last_active;  /* last pass that found a doorbell (ns) */
+    uint32_t polls;        /* passes since then */
+    uint32_t sleep_us;     /* the next sleep's length */
+    int flushed;           /* what was recovered is accounted since the last doorbell */
+};
+
 struct db_rthread {
     int id;
     pthread_t th;
@@ -24,6 +32,8 @@ struct db_rthread {
     volatile uint32_t flush_req, flush_ack;
     int cpu;
     int state;
+    uint64_t started;      /* ns */
+    struct db_backoff bo;
 };
 
 static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -561,7 +571,7 @@ static void add_counter(struct db_rthread *T, size_t field, uint64_t n)
 }
 
 /* What this thread has cost so far (the back-off trade-off, docs/doorbells.md). */
-static void report_stats(struct db_rthread *T, uint64_t started)
+static void report_stats(struct db_rthread *T)
 {
     struct timespec cpu;
     clock_gettime(CLOCK_THREAD_CPUTIME_ID, &cpu);
@@ -588,7 +598,7 @@ static void report_stats(struct db_rthread *T, uint64_t started)
             "\"copied_after_forward\":%llu,\"doorbells_from_records\":%llu",
             T->id, T->cpu, n, (unsigned long long)doorbells,
             (unsigned long long)cpu.tv_sec * 1000000000ull + (unsigned long long)cpu.tv_nsec,
-            (unsigned long long)(mono_ns() - started), (unsigned long long)spins, (unsigned long long)backoffs,
+            (unsigned long long)(mono_ns() - T->started), (unsigned long long)spins, (unsigned long long)backoffs,
             (unsigned long long)sleeps, (unsigned long long)armed_used, (unsigned long long)copied_after,
             (unsigned long long)from_records);
 }
@@ -645,6 +655,106 @@ static void expire_armed(struct db_rthread *T, uint32_t n, uint64_t now)
     }
 }
 
+/* One pass over the thread's pages: take each new doorbell, stop the pages asked to stop.
+ * 1 if a doorbell was found. */
+static int poll_pages(struct db_rthread *T, uint32_t n)
+{
+    int busy = 0;
+    for (uint32_t i = 0; i < n; i++) {
+        struct db_page *pg = T->pages[i];
+        if (pg->stopped)
+            continue;
+        busy |= take_doorbell(T, pg);
+        if (pg->stop_req)
+            finish_page(pg);
+    }
+    return busy;
+}
+
+/* The session's end (db_flush_all): account everything recovered, say what the thread cost, and
+ * record nothing more in this session.  Served even while doorbells flow: the session's end must
+ * not wait for a lull. */
+static void serve_flush(struct db_rthread *T, uint32_t n)
+{
+    uint32_t req = __atomic_load_n(&T->flush_req, __ATOMIC_ACQUIRE);
+    if (req == T->flush_ack) {
+        db_thread_unmute_if_stopped();
+        return;
+    }
+    for (uint32_t i = 0; i < n; i++) {
+        struct db_page *pg = T->pages[i];
+        if (pg->stopped)
+            continue;
+        /* a doorbell stored before the flush was asked for may have landed after this pass's
+         * scan: take it now, so the session's last doorbells are accounted */
+        take_doorbell(T, pg);
+        flush_page(pg);
+    }
+    report_stats(T);
+    db_thread_mute();
+    __atomic_store_n(&T->flush_ack, req, __ATOMIC_RELEASE);
+}
+
+/* ---- back-off: spin while doorbells flow, then pause and yield, then sleep ever longer ------- */
+
+/* A pass found a doorbell: spin again. */
+static void back_off_reset(struct db_rthread *T)
+{
+    struct db_backoff *b = &T->bo;
+    b->polls = 0;
+    b->flushed = 0;
+    b->sleep_us = T->p.sleep_us;
+    b->last_active = mono_ns();
+    set_state(T, ST_REP_SPINNING);
+}
+
+/* The pages went quiet: account what was recovered so far (once per quiet spell). */
+static void account_when_quiet(struct db_rthread *T, uint32_t n)
+{
+    if (T->bo.flushed)
+        return;
+    for (uint32_t i = 0; i < n; i++)
+        if (!T->pages[i]->stopped)
+            flush_page(T->pages[i]);
+    T->bo.flushed = 1;
+}
+
+/* A pass found no doorbell.  Every 64th such pass also forwards words 1-7 and releases armed
+ * copies held too long, then spins, pauses or sleeps by how long the pages have been quiet. */
+static void back_off(struct db_rthread *T, uint32_t n)
+{
+    struct db_backoff *b = &T->bo;
+    const struct db_params *p = &T->p;
+    if (++b->polls & 63) {
+        cpu_relax();
+        return;
+    }
+    for (uint32_t i = 0; i < n; i++)
+        if (!T->pages[i]->stopped)
+            forward_other_words(T->pages[i]);
+    uint64_t now = mono_ns(), idle = now - b->last_active;
+    expire_armed(T, n, now);
+    if (idle < (uint64_t)p->spin_us * 1000) {
+        set_state(T, ST_REP_SPINNING);
+        add_counter(T, offsetof(struct st_live_repeater, spins), 64);
+        if (p->yield_while_spinning)
+            sched_yield();
+    } else if (idle < (uint64_t)p->pause_us * 1000) {
+        account_when_quiet(T, n);
+        set_state(T, ST_REP_PAUSING);
+        add_counter(T, offsetof(struct st_live_repeater, backoffs), 1);
+        for (int k = 0; k < 32; k++)
+            cpu_relax();
+        sched_yield();
+    } else {
+        set_state(T, ST_REP_SLEEPING);
+        add_counter(T, offsetof(struct st_live_repeater, sleeps), 1);
+        struct timespec ts = {0, (long)b->sleep_us * 1000};
+        nanosleep(&ts, NULL);
+        b->sleep_us = b->sleep_us * 2 > p->max_sleep_us ? p->max_sleep_us : b->sleep_us * 2;
+    }
+}
+
 static void *rthread_main(void *arg)
 {
     struct db_rthread *T = arg;
@@ -653,82 +763,18 @@ static void *rthread_main(void *arg)
     db_thread_name(name);
     prctl(PR_SET_NAME, name);
     prctl(PR_SET_TIMERSLACK, 1UL); /* a 1 us sleep then takes ~4 us, not ~55 us */
-    const struct db_params *p = &T->p;
-    const uint64_t spin_ns = (uint64_t)p->spin_us * 1000, pause_ns = (uint64_t)p->pause_us * 1000;
-    uint64_t started = mono_ns(), last_active = started;
-    uint32_t polls = 0, sleep_us = p->sleep_us;
-    int flushed = 1;
+    T->started = T->bo.last_active = mono_ns();
+    T->bo.sleep_us = T->p.sleep_us;
+    T->bo.flushed = 1;
     for (;;) {
-        int busy = 0;
         uint32_t n = __atomic_load_n(&T->n_pages, __ATOMIC_ACQUIRE);
-        for (uint32_t i = 0; i < n; i++) {
-            struct db_page *pg = T->pages[i];
-            if (pg->stopped)
-                continue;
-            busy |= take_doorbell(T, pg);
-            if (pg->stop_req)
-                finish_page(pg);
-        }
-        /* served even while doorbells flow: the session's end must not wait for a lull */
-        uint32_t req = __atomic_load_n(&T->flush_req, __ATOMIC_ACQUIRE);
-        if (req != T->flush_ack) {
-            for (uint32_t i = 0; i < n; i++) {
-                struct db_page *pg = T->pages[i];
-                if (pg->stopped)
-                    continue;
-                /* a doorbell stored before the flush was asked for may have landed after this
-                 * pass's scan: take it now, so the session's last doorbells are accounted */
-                take_doorbell(T, pg);
-                flush_page(pg);
-            }
-            report_stats(T, started);
-            db_thread_mute();
-            __atomic_store_n(&T->flush_ack, req, __ATOMIC_RELEASE);
-        } else {
-            db_thread_unmute_if_stopped();
-        }
-        if (!busy)
-            arm_quiet_pages(T, n);
+        int busy = poll_pages(T, n);
+        serve_flush(T, n);
         if (busy) {
-            polls = 0;
-            flushed = 0;
-            sleep_us = p->sleep_us;
-            last_active = mono_ns();
-            set_state(T, ST_REP_SPINNING);
-            continue;
-        }
-        if (++polls & 63) {
-            cpu_relax();
-            continue;
-        }
-        for (uint32_t i = 0; i < n; i++)
-            if (!T->pages[i]->stopped)
-                forward_other_words(T->pages[i]);
-        uint64_t now = mono_ns(), idle = now - last_active;
-        expire_armed(T, n, now);
-        if (idle < spin_ns) {
-            set_state(T, ST_REP_SPINNING);
-            add_counter(T, offsetof(struct st_live_repeater, spins), 64);
-            if (p->yield_while_spinning)
-                sched_yield();
-        } else if (idle < pause_ns) {
-            if (!flushed) { /* the queue went quiet: account what was recovered so far */
-                for (uint32_t i = 0; i < n; i++)
-                    if (!T->pages[i]->stopped)
-                        flush_page(T->pages[i]);
-                flushed = 1;
-            }
-            set_state(T, ST_REP_PAUSING);
-            add_counter(T, offsetof(struct st_live_repeater, backoffs), 1);
-            for (int k = 0; k < 32; k++)
-                cpu_relax();
-            sched_yield();
+            back_off_reset(T);
         } else {
-            set_state(T, ST_REP_SLEEPING);
-            add_counter(T, offsetof(struct st_live_repeater, sleeps), 1);
-            struct timespec ts = {0, (long)sleep_us * 1000};
-            nanosleep(&ts, NULL);
-            sleep_us = sleep_us * 2 > p->max_sleep_us ? p->max_sleep_us : sleep_us * 2;
+            arm_quiet_pages(T, n);
+            back_off(T, n);
         }
     }
     return NULL;
