@@ -7,6 +7,11 @@
  * through a test copier that can defer every copy to the sync (the worst case for overwrites) or
  * hold the repeater inside a copy while the GPU laps the ring.
  *
+ * With --shared-line every QP rings one register (QPs sharing a UAR, each with its own doorbell
+ * record): the NIC then gets every store the repeater makes to it (db_mmio_store), as hardware
+ * gets every PCIe write, and serves the QP each store names, so a doorbell the repeater never
+ * forwards leaves that QP waiting: gpu_failed.
+ *
  * Every record is checked as it is emitted: WQE and WQE_LOSS records of a QP must cover its
  * basic blocks in order, each exactly once, and each WQE must carry the fields the GPU wrote.
  * Prints one JSON object; the pytest side asserts exact numbers.
