@@ -5,7 +5,7 @@
  * of a pinned page of ours that a repeater watches; cuMemHostRegister(_v2) / Unregister are
  * recorded; cuGetProcAddress(_v2) hands out wrappers, so programs that reach the driver through
  * the CUDA runtime are covered too.  These change results, so they are compiled functions of the
- * runtime (native/runtime/cuda_hooks.c) installed with Interceptor.replaceFast; each original
+ * runtime (native/runtime/cuda_*.c) installed with Interceptor.replaceFast; each original
  * goes back to the runtime with st_set_original.
  */
 'use strict';

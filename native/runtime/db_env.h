@@ -49,5 +49,9 @@ void db_thread_name(const char *name);
 int db_doorbell_mode(void);
 /* Register a function run once when recording stops (detach, controller loss, exit). */
 int db_on_stop(void (*fn)(int reason, void *arg), void *arg);
+/* Store one 64-bit word to the NIC's doorbell register and make it leave the write-combining
+ * buffer: every such store reaches the NIC as one PCIe write (the unit tests hand each one to
+ * their NIC model, which a register polled as memory could not: later stores overwrite). */
+void db_mmio_store(volatile uint64_t *reg, uint64_t value);
 
 #endif

@@ -62,3 +62,9 @@ struct st_live_repeater *db_live_repeater(int index) { return st_live_repeater(i
 void db_thread_name(const char *name) { st_thread_name(name); }
 int db_on_stop(void (*fn)(int reason, void *arg), void *arg) { return st_on_stop(fn, arg); }
 int db_doorbell_mode(void) { return st_config()->doorbells; }
+
+void db_mmio_store(volatile uint64_t *reg, uint64_t value)
+{
+    __atomic_store_n(reg, value, __ATOMIC_RELAXED);
+    __builtin_ia32_sfence();
+}

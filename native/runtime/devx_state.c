@@ -1,6 +1,6 @@
 /* devx state: UARs, umems and the QP / CQ objects a program creates through mlx5dv devx, read
- * from the calls' arguments, results and PRM command mailboxes (layouts: mlx5_ifc.h; byte
- * offsets in ../shared/reference/mlx5-formats.md). */
+ * from the calls' arguments, results and PRM command mailboxes (fields: sigmatrace/mlx5_prm.h;
+ * the formats explained in docs/mlx5-formats.md). */
 #include <inttypes.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -8,57 +8,14 @@
 #include <string.h>
 
 #include <infiniband/mlx5dv.h>
+#include <sigmatrace/mlx5_prm.h>
 
 #include "devx_state.h"
 
-/* PRM opcodes and mailbox byte offsets (big-endian fields) */
-enum {
-    CMD_CREATE_CQ = 0x400,
-    CMD_CREATE_QP = 0x500,
-    CMD_RST2INIT_QP = 0x502,
-    CMD_INIT2RTR_QP = 0x503,
-    CMD_RTR2RTS_QP = 0x504,
-    CMD_RTS2RTS_QP = 0x505,
-    CMD_2ERR_QP = 0x507,
-    CMD_2RST_QP = 0x50a,
-};
-#define OUT_STATUS 0         /* u8 */
-#define OUT_ID 8             /* low 24 bits: qpn / cqn */
-#define IN_QPN 8             /* transitions: low 24 bits */
-#define QPC 24               /* create_qp_in / transitions: the QP context */
-#define QPC_ST (QPC + 1)     /* u8 */
-#define QPC_PD (QPC + 4)     /* low 24 */
-#define QPC_SIZES (QPC + 8)  /* log_rq_size 22:19, log_rq_stride 18:16, no_sq 15, log_sq_size 14:11 */
-#define QPC_UAR (QPC + 12)   /* low 24 */
-#define QPC_REMOTE_QPN (QPC + 20)
-#define QPC_RLID (QPC + 24 + 6)  /* primary address path: be16 */
-#define QPC_GRH (QPC + 24 + 5)   /* bit 7 */
-#define QPC_RGID (QPC + 24 + 16) /* 16 bytes */
-#define QPC_CQN_SND (QPC + 124)
-#define QPC_CQN_RCV (QPC + 156)
-#define QPC_DBR_ADDR (QPC + 160) /* be64 */
-#define QPC_RQ_TYPE (QPC + 172)  /* bits 26:24 */
-#define QPC_DBR_UMEM_VALID (QPC + 208) /* bit 28 */
-#define QPC_DBR_UMEM_ID (QPC + 228)
-#define QP_WQ_UMEM_OFFSET 256 /* be64 */
-#define QP_WQ_UMEM_ID 264
-#define QP_WQ_UMEM_VALID 268 /* bit 31 */
-#define CQC 16
-#define CQC_DBR_UMEM_ID (CQC + 4)
-#define CQC_SIZE_UAR (CQC + 12) /* log_cq_size 28:24, uar_page low 24 */
-#define CQ_UMEM_OFFSET 80
-#define CQ_UMEM_ID 88
-#define CQ_UMEM_VALID 92 /* bit 31 */
-#define CREATE_QP_MIN_IN 272
-#define CREATE_CQ_MIN_IN 96
-#define MODIFY_MIN_IN 80
-
-static inline uint32_t be32at(const void *p, size_t off)
-{
-    const uint8_t *b = (const uint8_t *)p + off;
-    return ((uint32_t)b[0] << 24) | ((uint32_t)b[1] << 16) | ((uint32_t)b[2] << 8) | b[3];
-}
-static inline uint64_t be64at(const void *p, size_t off) { return ((uint64_t)be32at(p, off) << 32) | be32at(p, off + 4); }
+/* Mailbox lengths below which a field we read would lie outside: an INIT2RTR mailbox is read
+ * through the primary path's remote GID, an object's id ends the output's third dword. */
+#define MODIFY_PATH_END (PRM_QPC_PAP_RGID_BYTE + 16)
+#define OUT_ID_END ((PRM_OFF(PRM_QP_OUT_QPN) + PRM_BITS(PRM_QP_OUT_QPN)) / 8)
 
 enum obj_kind { OBJ_OTHER = 0, OBJ_QP = 1, OBJ_CQ = 2 };
 
@@ -248,7 +205,7 @@ static void umem_reg(void *ctx, void *addr, uint64_t size, uint32_t access, void
     uint32_t id = 0;
     if (umem) {
         id = ((const struct mlx5dv_devx_umem *)umem)->umem_id;
-        mem = db_cuda_classify((uint64_t)(uintptr_t)addr, &gpu);
+        mem = db_mem_of((uint64_t)(uintptr_t)addr, &gpu);
         devx_lock();
         struct umem_ent *e = grow((void **)&g_umems, &g_n_umems, &g_cap_umems, sizeof(*e));
         if (e) {
@@ -311,18 +268,17 @@ static struct obj_ent *obj_by_ptr(void *obj)
 
 static void create_qp(void *ctx, const uint8_t *in, uint32_t qpn, void *obj, uint64_t ts)
 {
-    uint32_t sizes = be32at(in, QPC_SIZES);
-    uint32_t log_sq = (sizes >> 11) & 0xf, log_rq = (sizes >> 19) & 0xf, rq_stride = (sizes >> 16) & 7;
-    int no_sq = (sizes >> 15) & 1;
-    uint32_t rq_type = (be32at(in, QPC_RQ_TYPE) >> 24) & 7;
-    int st = in[QPC_ST];
-    uint32_t pd = be32at(in, QPC_PD) & 0xffffff, uar_page = be32at(in, QPC_UAR) & 0xffffff;
-    uint32_t cqn_snd = be32at(in, QPC_CQN_SND) & 0xffffff, cqn_rcv = be32at(in, QPC_CQN_RCV) & 0xffffff;
-    uint64_t dbr_addr = be64at(in, QPC_DBR_ADDR), wq_off = be64at(in, QP_WQ_UMEM_OFFSET);
-    int dbr_valid = (be32at(in, QPC_DBR_UMEM_VALID) >> 28) & 1, wq_valid = (be32at(in, QP_WQ_UMEM_VALID) >> 31) & 1;
-    uint32_t dbr_umem = be32at(in, QPC_DBR_UMEM_ID), wq_umem = be32at(in, QP_WQ_UMEM_ID);
+    uint32_t log_sq = prm_get(in, PRM_QPC_LOG_SQ_SIZE), log_rq = prm_get(in, PRM_QPC_LOG_RQ_SIZE);
+    uint32_t rq_stride = prm_get(in, PRM_QPC_LOG_RQ_STRIDE), rq_type = prm_get(in, PRM_QPC_RQ_TYPE);
+    int no_sq = (int)prm_get(in, PRM_QPC_NO_SQ);
+    int st = (int)prm_get(in, PRM_QPC_ST);
+    uint32_t pd = prm_get(in, PRM_QPC_PD), uar_page = prm_get(in, PRM_QPC_UAR_PAGE);
+    uint32_t cqn_snd = prm_get(in, PRM_QPC_CQN_SND), cqn_rcv = prm_get(in, PRM_QPC_CQN_RCV);
+    uint64_t dbr_addr = prm_get64(in, PRM_QPC_DBR_ADDR), wq_off = prm_get64(in, PRM_QP_IN_WQ_UMEM_OFFSET);
+    int dbr_valid = (int)prm_get(in, PRM_QPC_DBR_UMEM_VALID), wq_valid = (int)prm_get(in, PRM_QP_IN_WQ_UMEM_VALID);
+    uint32_t dbr_umem = prm_get(in, PRM_QPC_DBR_UMEM_ID), wq_umem = prm_get(in, PRM_QP_IN_WQ_UMEM_ID);
     /* the send queue follows the receive queue in the work-queue buffer */
-    uint64_t rq_bytes = rq_type == 0 ? ((uint64_t)1 << log_rq) * ((uint64_t)16 << rq_stride) : 0;
+    uint64_t rq_bytes = rq_type == PRM_RQ_REGULAR ? ((uint64_t)1 << log_rq) * ((uint64_t)16 << rq_stride) : 0;
 
     struct db_qp *q = calloc(1, sizeof(*q));
     if (!q) {
@@ -336,6 +292,7 @@ static void create_qp(void *ctx, const uint8_t *in, uint32_t qpn, void *obj, uin
     q->repeater = -1;
     q->gpu = -1;
     q->sq_mem = DB_MEM_UNKNOWN;
+    q->dbr_mem = DB_MEM_UNKNOWN;
     devx_lock();
     struct umem_ent *u = wq_valid ? umem_by_id(ctx, wq_umem) : NULL;
     if (u && !no_sq) {
@@ -351,6 +308,11 @@ static void create_qp(void *ctx, const uint8_t *in, uint32_t qpn, void *obj, uin
     }
     struct umem_ent *du = dbr_valid ? umem_by_id(ctx, dbr_umem) : NULL;
     uint64_t dbr_loc = du ? du->addr + dbr_addr : dbr_addr;
+    /* the record, where we can read it (a umem we saw; otherwise dbr_addr is the NIC's address) */
+    if (du && dbr_addr + 8 <= du->size) {
+        q->dbr_addr = dbr_loc;
+        q->dbr_mem = du->mem;
+    }
     q->live = db_live_qp(qpn, ST_QPF_DEVX | (q->sq_mem == DB_MEM_GPU ? ST_QPF_GPU_SQ : 0));
     if (!q->live)
         q->live = &q->priv;
@@ -387,11 +349,10 @@ static void create_qp(void *ctx, const uint8_t *in, uint32_t qpn, void *obj, uin
 
 static void create_cq(void *ctx, const uint8_t *in, uint32_t cqn, void *obj, uint64_t ts)
 {
-    uint32_t w = be32at(in, CQC_SIZE_UAR);
-    uint32_t log_cq = (w >> 24) & 0x1f, uar_page = w & 0xffffff;
-    uint32_t umem_id = be32at(in, CQ_UMEM_ID);
-    int valid = (be32at(in, CQ_UMEM_VALID) >> 31) & 1;
-    uint64_t off = be64at(in, CQ_UMEM_OFFSET), addr = 0;
+    uint32_t log_cq = prm_get(in, PRM_CQ_IN_LOG_CQ_SIZE), uar_page = prm_get(in, PRM_CQ_IN_UAR_PAGE);
+    uint32_t umem_id = prm_get(in, PRM_CQ_IN_CQ_UMEM_ID);
+    int valid = (int)prm_get(in, PRM_CQ_IN_CQ_UMEM_VALID);
+    uint64_t off = prm_get64(in, PRM_CQ_IN_CQ_UMEM_OFFSET), addr = 0;
     devx_lock();
     struct umem_ent *u = valid ? umem_by_id(ctx, umem_id) : NULL;
     if (u)
@@ -417,17 +378,16 @@ DB_EXPORT void st_devx_obj_create(void *ctx, const void *in, uint64_t inlen, con
 {
     if (!in || inlen < 8)
         return;
-    uint32_t opcode = be32at(in, 0) >> 16;
-    int ok = obj && out && outlen >= 12 && ((const uint8_t *)out)[OUT_STATUS] == 0;
-    uint32_t id = ok ? be32at(out, OUT_ID) & 0xffffff : 0;
-    if (opcode == CMD_CREATE_QP && inlen >= CREATE_QP_MIN_IN) {
+    uint32_t opcode = prm_get(in, PRM_IN_OPCODE);
+    int ok = obj && out && outlen >= OUT_ID_END && prm_get(out, PRM_OUT_STATUS) == PRM_STAT_OK;
+    if (opcode == PRM_CMD_CREATE_QP && inlen >= PRM_CREATE_QP_IN_BYTES) {
         if (ok)
-            create_qp(ctx, in, id, obj, ts);
+            create_qp(ctx, in, prm_get(out, PRM_QP_OUT_QPN), obj, ts);
         else
             db_cold_at(ts, "\"ev\":\"devx_qp_create\",\"fn\":\"mlx5dv_devx_obj_create\",\"obj\":0,\"qpn\":0,\"ret\":0");
-    } else if (opcode == CMD_CREATE_CQ && inlen >= CREATE_CQ_MIN_IN) {
+    } else if (opcode == PRM_CMD_CREATE_CQ && inlen >= PRM_CREATE_CQ_IN_MIN_BYTES) {
         if (ok)
-            create_cq(ctx, in, id, obj, ts);
+            create_cq(ctx, in, prm_get(out, PRM_CQ_OUT_CQN), obj, ts);
         else
             db_cold_at(ts, "\"ev\":\"devx_cq_create\",\"fn\":\"mlx5dv_devx_obj_create\",\"obj\":0,\"cqn\":0,\"ret\":0");
     } else if (ok) {
@@ -449,12 +409,12 @@ DB_EXPORT void st_devx_obj_create(void *ctx, const void *in, uint64_t inlen, con
 static const char *transition_name(uint32_t opcode)
 {
     switch (opcode) {
-    case CMD_RST2INIT_QP: return "RST2INIT";
-    case CMD_INIT2RTR_QP: return "INIT2RTR";
-    case CMD_RTR2RTS_QP: return "RTR2RTS";
-    case CMD_RTS2RTS_QP: return "RTS2RTS";
-    case CMD_2ERR_QP: return "2ERR";
-    case CMD_2RST_QP: return "2RST";
+    case PRM_CMD_RST2INIT_QP: return "RST2INIT";
+    case PRM_CMD_INIT2RTR_QP: return "INIT2RTR";
+    case PRM_CMD_RTR2RTS_QP: return "RTR2RTS";
+    case PRM_CMD_RTS2RTS_QP: return "RTS2RTS";
+    case PRM_CMD_2ERR_QP: return "2ERR";
+    case PRM_CMD_2RST_QP: return "2RST";
     default: return NULL;
     }
 }
@@ -464,22 +424,21 @@ DB_EXPORT void st_devx_obj_modify(void *obj, const void *in, uint64_t inlen, con
 {
     if (!in || inlen < 12)
         return;
-    uint32_t opcode = be32at(in, 0) >> 16;
+    uint32_t opcode = prm_get(in, PRM_IN_OPCODE);
     const char *op = transition_name(opcode);
     if (!op)
         return;
-    uint32_t qpn = be32at(in, IN_QPN) & 0xffffff;
-    int ok = ret == 0 && out && outlen >= 8 && ((const uint8_t *)out)[OUT_STATUS] == 0;
+    uint32_t qpn = prm_get(in, PRM_QP_IN_QPN);
+    int ok = ret == 0 && out && outlen >= 8 && prm_get(out, PRM_OUT_STATUS) == PRM_STAT_OK;
     char extra[160] = "";
-    if (opcode == CMD_INIT2RTR_QP && inlen >= MODIFY_MIN_IN) {
+    if (opcode == PRM_CMD_INIT2RTR_QP && inlen >= MODIFY_PATH_END) {
         const uint8_t *b = in;
-        uint32_t remote = be32at(in, QPC_REMOTE_QPN) & 0xffffff;
-        uint32_t rlid = ((uint32_t)b[QPC_RLID] << 8) | b[QPC_RLID + 1];
+        uint32_t remote = prm_get(in, PRM_QPC_REMOTE_QPN), rlid = prm_get(in, PRM_QPC_PAP_RLID);
         char gid[33];
         for (int i = 0; i < 16; i++)
-            snprintf(gid + 2 * i, 3, "%02x", b[QPC_RGID + i]);
+            snprintf(gid + 2 * i, 3, "%02x", b[PRM_QPC_PAP_RGID_BYTE + i]);
         snprintf(extra, sizeof(extra), ",\"remote_qpn\":%u,\"rlid\":%u,\"grh\":%d,\"rgid\":\"%s\"", remote, rlid,
-                 (b[QPC_GRH] >> 7) & 1, gid);
+                 (int)prm_get(in, PRM_QPC_PAP_GRH), gid);
         if (ok) {
             devx_lock();
             struct obj_ent *o = obj_by_ptr(obj);

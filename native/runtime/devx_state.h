@@ -3,7 +3,7 @@
  * The mlx5 provider (hooks/mlx5.js) calls the st_devx_* functions below from its hooks on
  * mlx5dv_devx_alloc_uar / free_uar, umem_reg(_ex) / dereg and obj_create / modify / destroy; they
  * parse the structures and PRM command mailboxes, keep the tables and write the cold events.
- * The CUDA wrappers (cuda_hooks.c) ask here whether a host address is a UAR we saw allocated.
+ * The CUDA wrappers (cuda_register.c, cuda_subst.c) ask here whether a host address is a UAR we saw allocated.
  */
 #ifndef SIGMATRACE_DEVX_STATE_H
 #define SIGMATRACE_DEVX_STATE_H
@@ -31,8 +31,6 @@ void devx_unlock(void);
 int devx_uar_find(uint64_t addr, uint64_t len, struct devx_uar_view *out);
 /* The UAR at `index` is now substituted: route its QPs' doorbells through `pg`.  Lock held. */
 void devx_uar_substituted(int index, struct db_page *pg, uint64_t fake_host, uint64_t fake_dptr);
-/* Memory type of a umem's address (cuda_hooks.c): DB_MEM_GPU with the device ordinal, or host. */
-int db_cuda_classify(uint64_t addr, int *gpu);
 
 /* Entry points of the mlx5 provider (hooks/mlx5.js).  `ts` is the TSC at the call's entry. */
 DB_EXPORT void st_devx_uar_alloc(void *ctx, uint32_t flags, void *uar, uint64_t ts);

@@ -10,9 +10,18 @@
 #include <unistd.h>
 
 #include "db_env.h"
+#include "db_thread.h"
 #include "repeater.h"
 
 #define MAX_PAGES_PER_THREAD 1024
+
+/* Pacing of a thread whose pages are quiet (back_off). */
+struct db_backoff {
+    uint64_t last_active;  /* last pass that found a doorbell (ns) */
+    uint32_t polls;        /* passes since then */
+    uint32_t sleep_us;     /* the next sleep's length */
+    int flushed;           /* what was recovered is accounted since the last doorbell */
+};
 
 struct db_rthread {
     int id;
@@ -23,14 +32,9 @@ struct db_rthread {
     volatile uint32_t flush_req, flush_ack;
     int cpu;
     int state;
+    uint64_t started;      /* ns */
+    struct db_backoff bo;
 };
-
-/* Set by a repeater thread once it has flushed for the end of a session (db_flush_all): from
- * then on it records nothing, so each doorbell it recorded has its WQEs recorded too.  Cleared
- * when it sees recording off, ready for the next session. */
-static __thread int tls_muted;
-int db_thread_recording(void) { return !tls_muted && db_recording(); }
-static int thread_records_wanted(void) { return !tls_muted && db_records_wanted(); }
 
 static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
 static pthread_mutex_t g_qp_lock = PTHREAD_MUTEX_INITIALIZER; /* appends to a page's QP table */
@@ -150,6 +154,12 @@ void db_set_copier_ops(const struct db_copier_ops *ops, void *owner)
     g_cops_owner = owner;
 }
 
+int db_mem_of(uint64_t addr, int *gpu)
+{
+    *gpu = -1;
+    return g_cops && g_cops->classify ? g_cops->classify(addr, gpu) : DB_MEM_HOST;
+}
+
 void db_set_qp_resolver(struct db_qp *(*fn)(uint32_t qpn, struct db_page *pg)) { g_resolver = fn; }
 
 void db_stats(struct db_stats *out)
@@ -237,19 +247,12 @@ static struct db_qp *page_find_qp(struct db_page *pg, uint32_t qpn)
 
 /* ---- doorbells ------------------------------------------------------------------------------ */
 
-static void record_loss(struct db_qp *q, uint64_t first, uint64_t n, uint64_t ts)
+/* The page's copier for GPU memory, made on first need by the page's thread; NULL if none. */
+static struct db_copier *page_gpu_copier(struct db_page *pg)
 {
-    q->live->wqe_losses += n;
-    q->live->wqe_pi = first + n;
-    if (!thread_records_wanted())
-        return;
-    struct st_record r = {0};
-    r.ts = ts;
-    r.type = ST_REC_WQE_LOSS;
-    r.qpn = q->qpn;
-    r.aux32 = (uint32_t)first;
-    r.len = (uint32_t)n;
-    db_emit(&r);
+    if (!pg->gpu_cp && g_cops && g_cops->gpu_copier)
+        pg->gpu_cp = g_cops->gpu_copier(g_cops_owner, pg->cuctx);
+    return pg->gpu_cp;
 }
 
 static void prepare_recovery(struct db_page *pg, struct db_qp *q)
@@ -259,9 +262,7 @@ static void prepare_recovery(struct db_page *pg, struct db_qp *q)
     if (!q->slots || q->sq_mem == DB_MEM_UNKNOWN)
         return;
     if (q->sq_mem == DB_MEM_GPU) {
-        if (!pg->gpu_cp && g_cops && g_cops->gpu_copier)
-            pg->gpu_cp = g_cops->gpu_copier(g_cops_owner, pg->cuctx);
-        cp = pg->gpu_cp;
+        cp = page_gpu_copier(pg);
         if (!cp) {
             db_error("wqe_recovery", "qp 0x%x: its send queue is in GPU memory and no CUDA copy stream could be made; its WQEs are counted as lost",
                      q->qpn);
@@ -280,7 +281,7 @@ static void prepare_recovery(struct db_page *pg, struct db_qp *q)
         return;
     }
     if (wqe_rec_init(&q->rec, q->qpn, q->st, q->slots, q->sq_addr, q->mirror, cp, pg->thread->p.wqe_batch,
-                     q->live, thread_records_wanted()) != 0) {
+                     q->live, db_thread_records_wanted()) != 0) {
         db_error("wqe_recovery", "qp 0x%x: cannot track a send queue of %u blocks", q->qpn, q->slots);
         return;
     }
@@ -301,10 +302,12 @@ static void recover_blocks(struct db_page *pg, struct db_qp *q, uint64_t delta, 
 {
     if (q->rec_state == 0)
         prepare_recovery(pg, q);
-    if (q->rec_state == 1)
+    if (q->rec_state == 1) {
         wqe_rec_announce(&q->rec, q->pi + delta, ts);
-    else
-        record_loss(q, q->pi, delta, ts);
+    } else { /* nothing to recover them from */
+        wqe_loss(q->live, q->qpn, q->pi, delta, ts, db_thread_records_wanted());
+        q->live->wqe_pi = q->pi + delta;
+    }
 }
 
 /* Copy the `delta` blocks this doorbell announces after forwarding it?  (See DB_COPY_*.)  In the
@@ -318,10 +321,10 @@ static int copy_after(const struct db_rthread *T, const struct db_page *pg, cons
     return delta <= few && pg->quiet_since && mono_ns() - pg->quiet_since >= (uint64_t)T->p.quiet_us * 1000;
 }
 
-static void on_doorbell(struct db_rthread *T, struct db_page *pg, uint64_t raw, uint64_t ts)
+/* Doorbell value `raw` (decoded: v) of QP q (NULL: nobody's): account, copy, forward, record. */
+static void ring_qp(struct db_rthread *T, struct db_page *pg, struct db_qp *q, struct db_value v, uint64_t raw,
+                    uint64_t ts)
 {
-    struct db_value v = db_decode(raw);
-    struct db_qp *q = page_find_qp(pg, v.qpn);
     uint64_t delta = 0;
     uint8_t flags = 0;
     if (q) {
@@ -345,16 +348,13 @@ static void on_doorbell(struct db_rthread *T, struct db_page *pg, uint64_t raw, 
     pg->quiet_since = 0;
     if (recover && !after)
         recover_blocks(pg, q, delta, ts);
-    /* forward: one 64-bit store, then make it leave the write-combining buffer */
-    __atomic_store_n(pg->target, raw, __ATOMIC_RELAXED);
-    __builtin_ia32_sfence();
+    db_mmio_store(pg->target, raw); /* the forward */
 
-    pg->last[0] = raw;
     struct st_live_repeater *l = pg->live;
     l->doorbells++;
     l->forwarded++;
     l->last_doorbell_tsc = ts;
-    if (thread_records_wanted()) {
+    if (db_thread_records_wanted()) {
         struct st_record r = {0};
         r.ts = ts;
         r.type = ST_REC_DOORBELL;
@@ -381,6 +381,130 @@ static void on_doorbell(struct db_rthread *T, struct db_page *pg, uint64_t raw, 
     }
 }
 
+static void on_doorbell(struct db_rthread *T, struct db_page *pg, uint64_t raw, uint64_t ts)
+{
+    struct db_value v = db_decode(raw);
+    ring_qp(T, pg, page_find_qp(pg, v.qpn), v, raw, ts);
+    pg->last[0] = raw;
+    if (__atomic_load_n(&pg->n_qps, __ATOMIC_ACQUIRE) > 1)
+        pg->records_due = 1;
+}
+
+/* ---- QPs that share one doorbell line ----------------------------------------------------------
+ * A doorbell of one QP overwritten by another QP's before the repeater looked is never seen, yet
+ * the NIC must learn that QP's producer index: a program that waits for its completion before
+ * ringing again would wait forever.  Each QP's doorbell record (its send counter, which the
+ * producer writes before it rings) says how far it got.  After each doorbell value seen on a line
+ * that serves several QPs, and once more when the line goes quiet, the records of its QPs are
+ * read; a QP whose record stays ahead of what was forwarded for it gets a doorbell of ours with
+ * the record's index (GPU libraries' form: opcode and ds 0), which is what the NIC reads on a
+ * doorbell of that QP.  "Stays": for RECORD_SETTLE_NS.  A producer writes the record, fences,
+ * then rings; forwarding the moment the record moved could announce WQEs a GPU has not made
+ * visible yet (its stores before the fence are not ordered), and a doorbell that was not hidden
+ * arrives within that time and is forwarded as usual. */
+
+#define RECORD_SETTLE_NS 4000
+
+static uint64_t doorbell_of(uint32_t qpn, uint16_t next)
+{
+    return ((uint64_t)__builtin_bswap32(qpn << 8) << 32) | __builtin_bswap32((uint32_t)next << 8);
+}
+
+/* Where copies of records in GPU memory land: a slot per QP of the page. */
+static struct db_copier *record_copier(struct db_page *pg)
+{
+    if (pg->records_unreadable)
+        return NULL;
+    struct db_copier *cp = page_gpu_copier(pg);
+    if (cp && !pg->record_copies) {
+        size_t bytes = DB_PAGE_MAX_QPS * sizeof(uint32_t);
+        pg->record_copies = cp->async && g_cops && g_cops->alloc_mirror ? g_cops->alloc_mirror(cp, bytes)
+                                                                       : calloc(1, bytes);
+    }
+    if (!cp || !pg->record_copies) {
+        pg->records_unreadable = 1;
+        db_error("repeater", "repeater %d: the doorbell records of its QPs are in GPU memory and cannot be copied; "
+                 "a doorbell hidden by another QP's reaches the NIC only with that QP's next one", pg->index);
+        return NULL;
+    }
+    return cp;
+}
+
+/* The send counters of the page's QPs' doorbell records: sc[i] for the QPs with ok[i] set. */
+static void read_records(struct db_page *pg, uint32_t n, uint32_t *sc, uint8_t *ok)
+{
+    struct db_copier *cp = NULL;
+    int copied = 0;
+    for (uint32_t i = 0; i < n; i++) {
+        struct db_qp *q = pg->qps[i];
+        ok[i] = 0;
+        if (!q || q->dead || !q->dbr_addr || (!q->have_pi && !q->known_start))
+            continue;
+        if (q->dbr_mem == DB_MEM_HOST) {
+            sc[i] = __builtin_bswap32(__atomic_load_n((volatile uint32_t *)(uintptr_t)(q->dbr_addr + 4), __ATOMIC_ACQUIRE));
+            ok[i] = 1;
+        } else if (q->dbr_mem == DB_MEM_GPU && (cp || (cp = record_copier(pg))) &&
+                   cp->copy(cp, &pg->record_copies[i], q->dbr_addr + 4, sizeof(uint32_t)) == 0) {
+            ok[i] = 2;
+            copied = 1;
+        }
+    }
+    if (!copied)
+        return;
+    int landed = !cp->async || cp->sync(cp) == 0;
+    for (uint32_t i = 0; i < n; i++)
+        if (ok[i] == 2) {
+            ok[i] = (uint8_t)landed;
+            sc[i] = __builtin_bswap32(((volatile uint32_t *)pg->record_copies)[i]);
+        }
+}
+
+/* Forward a doorbell for each QP of the page whose record stayed ahead of its producer index
+ * (`now_too`: without waiting, the register goes away).  Returns how many are still ahead. */
+static int forward_hidden_doorbells(struct db_rthread *T, struct db_page *pg, int now_too)
+{
+    uint32_t n = __atomic_load_n(&pg->n_qps, __ATOMIC_ACQUIRE);
+    if (n < 2)
+        return 0;
+    uint32_t sc[DB_PAGE_MAX_QPS];
+    uint8_t ok[DB_PAGE_MAX_QPS];
+    read_records(pg, n, sc, ok);
+    uint64_t now = mono_ns();
+    int ahead = 0;
+    for (uint32_t i = 0; i < n; i++) {
+        if (!ok[i])
+            continue;
+        struct db_qp *q = pg->qps[i];
+        uint16_t cur = q->have_pi ? (uint16_t)q->pi : 0, rec = (uint16_t)sc[i];
+        uint16_t by = (uint16_t)(rec - cur), was = (uint16_t)(q->dbr_pi - cur);
+        if (!by || by > 0x8000) { /* not ahead (or a record behind: ours to ignore) */
+            q->dbr_since = 0;
+            continue;
+        }
+        if (!q->dbr_since || !was || was > 0x8000) { /* newly ahead: its doorbell may be on its way */
+            q->dbr_pi = rec;
+            q->dbr_since = now;
+        }
+        if (!now_too && now - q->dbr_since < RECORD_SETTLE_NS) {
+            ahead++;
+            continue;
+        }
+        uint16_t to = now_too ? rec : q->dbr_pi;
+        uint64_t raw = doorbell_of(q->qpn, to);
+        ring_qp(T, pg, q, db_decode(raw), raw, db_now());
+        pg->record_doorbells++;
+        __atomic_add_fetch(&g_stats.record_doorbells, 1, __ATOMIC_RELAXED);
+        if (to != rec) { /* it moved on meanwhile: that part waits its turn */
+            q->dbr_pi = rec;
+            q->dbr_since = now;
+            ahead++;
+        } else {
+            q->dbr_since = 0;
+        }
+    }
+    return ahead;
+}
+
 /* Words 1-7 of the watched line (BlueFlame payload a host library might write): forwarded as
  * stored, in address order, without records. */
 static void forward_other_words(struct db_page *pg)
@@ -389,8 +513,7 @@ static void forward_other_words(struct db_page *pg)
         uint64_t v = __atomic_load_n(&pg->watch[w], __ATOMIC_RELAXED);
         if (v != pg->last[w]) {
             pg->last[w] = v;
-            __atomic_store_n(&pg->target[w], v, __ATOMIC_RELAXED);
-            __builtin_ia32_sfence();
+            db_mmio_store(&pg->target[w], v);
         }
     }
 }
@@ -423,6 +546,7 @@ static void finish_page(struct db_page *pg)
     if (v != pg->last[0])
         on_doorbell(pg->thread, pg, v, db_now());
     forward_other_words(pg);
+    forward_hidden_doorbells(pg->thread, pg, 1);
     flush_page(pg);
     pg->live->state = ST_REP_STOPPED;
     __atomic_store_n(&pg->stopped, 1, __ATOMIC_RELEASE);
@@ -447,15 +571,16 @@ static void add_counter(struct db_rthread *T, size_t field, uint64_t n)
 }
 
 /* What this thread has cost so far (the back-off trade-off, docs/doorbells.md). */
-static void report_stats(struct db_rthread *T, uint64_t started)
+static void report_stats(struct db_rthread *T)
 {
     struct timespec cpu;
     clock_gettime(CLOCK_THREAD_CPUTIME_ID, &cpu);
-    uint64_t spins = 0, backoffs = 0, sleeps = 0, doorbells = 0, armed_used = 0, copied_after = 0;
+    uint64_t spins = 0, backoffs = 0, sleeps = 0, doorbells = 0, armed_used = 0, copied_after = 0, from_records = 0;
     uint32_t n = __atomic_load_n(&T->n_pages, __ATOMIC_ACQUIRE);
     for (uint32_t i = 0; i < n; i++) {
         struct db_page *pg = T->pages[i];
         doorbells += pg->live->doorbells;
+        from_records += pg->record_doorbells;
         uint32_t nq = __atomic_load_n(&pg->n_qps, __ATOMIC_ACQUIRE);
         for (uint32_t k = 0; k < nq; k++)
             if (pg->qps[k] && pg->qps[k]->rec_state >= 1) {
@@ -470,11 +595,12 @@ static void report_stats(struct db_rthread *T, uint64_t started)
     }
     db_cold("\"ev\":\"repeater_stats\",\"thread\":%d,\"cpu\":%d,\"pages\":%u,\"doorbells\":%llu,\"cpu_ns\":%llu,"
             "\"wall_ns\":%llu,\"spins\":%llu,\"backoffs\":%llu,\"sleeps\":%llu,\"armed_copies\":%llu,"
-            "\"copied_after_forward\":%llu",
+            "\"copied_after_forward\":%llu,\"doorbells_from_records\":%llu",
             T->id, T->cpu, n, (unsigned long long)doorbells,
             (unsigned long long)cpu.tv_sec * 1000000000ull + (unsigned long long)cpu.tv_nsec,
-            (unsigned long long)(mono_ns() - started), (unsigned long long)spins, (unsigned long long)backoffs,
-            (unsigned long long)sleeps, (unsigned long long)armed_used, (unsigned long long)copied_after);
+            (unsigned long long)(mono_ns() - T->started), (unsigned long long)spins, (unsigned long long)backoffs,
+            (unsigned long long)sleeps, (unsigned long long)armed_used, (unsigned long long)copied_after,
+            (unsigned long long)from_records);
 }
 
 /* Handle the page's doorbell word if it changed since we last saw it; 1 if it had. */
@@ -484,10 +610,15 @@ static int take_doorbell(struct db_rthread *T, struct db_page *pg)
     if (v == pg->last[0]) {
         if (!pg->quiet_since && T->p.copy_order == DB_COPY_ADAPTIVE)
             pg->quiet_since = mono_ns();
+        /* quiet: read the records once more, and again while one is ahead */
+        if (pg->records_due)
+            pg->records_due = forward_hidden_doorbells(T, pg, 0) > 0;
         return 0;
     }
     on_doorbell(T, pg, v, db_now());
     forward_other_words(pg);
+    if (pg->records_due)
+        forward_hidden_doorbells(T, pg, 0);
     return 1;
 }
 
@@ -524,6 +655,106 @@ static void expire_armed(struct db_rthread *T, uint32_t n, uint64_t now)
     }
 }
 
+/* One pass over the thread's pages: take each new doorbell, stop the pages asked to stop.
+ * 1 if a doorbell was found. */
+static int poll_pages(struct db_rthread *T, uint32_t n)
+{
+    int busy = 0;
+    for (uint32_t i = 0; i < n; i++) {
+        struct db_page *pg = T->pages[i];
+        if (pg->stopped)
+            continue;
+        busy |= take_doorbell(T, pg);
+        if (pg->stop_req)
+            finish_page(pg);
+    }
+    return busy;
+}
+
+/* The session's end (db_flush_all): account everything recovered, say what the thread cost, and
+ * record nothing more in this session.  Served even while doorbells flow: the session's end must
+ * not wait for a lull. */
+static void serve_flush(struct db_rthread *T, uint32_t n)
+{
+    uint32_t req = __atomic_load_n(&T->flush_req, __ATOMIC_ACQUIRE);
+    if (req == T->flush_ack) {
+        db_thread_unmute_if_stopped();
+        return;
+    }
+    for (uint32_t i = 0; i < n; i++) {
+        struct db_page *pg = T->pages[i];
+        if (pg->stopped)
+            continue;
+        /* a doorbell stored before the flush was asked for may have landed after this pass's
+         * scan: take it now, so the session's last doorbells are accounted */
+        take_doorbell(T, pg);
+        flush_page(pg);
+    }
+    report_stats(T);
+    db_thread_mute();
+    __atomic_store_n(&T->flush_ack, req, __ATOMIC_RELEASE);
+}
+
+/* ---- back-off: spin while doorbells flow, then pause and yield, then sleep ever longer ------- */
+
+/* A pass found a doorbell: spin again. */
+static void back_off_reset(struct db_rthread *T)
+{
+    struct db_backoff *b = &T->bo;
+    b->polls = 0;
+    b->flushed = 0;
+    b->sleep_us = T->p.sleep_us;
+    b->last_active = mono_ns();
+    set_state(T, ST_REP_SPINNING);
+}
+
+/* The pages went quiet: account what was recovered so far (once per quiet spell). */
+static void account_when_quiet(struct db_rthread *T, uint32_t n)
+{
+    if (T->bo.flushed)
+        return;
+    for (uint32_t i = 0; i < n; i++)
+        if (!T->pages[i]->stopped)
+            flush_page(T->pages[i]);
+    T->bo.flushed = 1;
+}
+
+/* A pass found no doorbell.  Every 64th such pass also forwards words 1-7 and releases armed
+ * copies held too long, then spins, pauses or sleeps by how long the pages have been quiet. */
+static void back_off(struct db_rthread *T, uint32_t n)
+{
+    struct db_backoff *b = &T->bo;
+    const struct db_params *p = &T->p;
+    if (++b->polls & 63) {
+        cpu_relax();
+        return;
+    }
+    for (uint32_t i = 0; i < n; i++)
+        if (!T->pages[i]->stopped)
+            forward_other_words(T->pages[i]);
+    uint64_t now = mono_ns(), idle = now - b->last_active;
+    expire_armed(T, n, now);
+    if (idle < (uint64_t)p->spin_us * 1000) {
+        set_state(T, ST_REP_SPINNING);
+        add_counter(T, offsetof(struct st_live_repeater, spins), 64);
+        if (p->yield_while_spinning)
+            sched_yield();
+    } else if (idle < (uint64_t)p->pause_us * 1000) {
+        account_when_quiet(T, n);
+        set_state(T, ST_REP_PAUSING);
+        add_counter(T, offsetof(struct st_live_repeater, backoffs), 1);
+        for (int k = 0; k < 32; k++)
+            cpu_relax();
+        sched_yield();
+    } else {
+        set_state(T, ST_REP_SLEEPING);
+        add_counter(T, offsetof(struct st_live_repeater, sleeps), 1);
+        struct timespec ts = {0, (long)b->sleep_us * 1000};
+        nanosleep(&ts, NULL);
+        b->sleep_us = b->sleep_us * 2 > p->max_sleep_us ? p->max_sleep_us : b->sleep_us * 2;
+    }
+}
+
 static void *rthread_main(void *arg)
 {
     struct db_rthread *T = arg;
@@ -532,82 +763,18 @@ static void *rthread_main(void *arg)
     db_thread_name(name);
     prctl(PR_SET_NAME, name);
     prctl(PR_SET_TIMERSLACK, 1UL); /* a 1 us sleep then takes ~4 us, not ~55 us */
-    const struct db_params *p = &T->p;
-    const uint64_t spin_ns = (uint64_t)p->spin_us * 1000, pause_ns = (uint64_t)p->pause_us * 1000;
-    uint64_t started = mono_ns(), last_active = started;
-    uint32_t polls = 0, sleep_us = p->sleep_us;
-    int flushed = 1;
+    T->started = T->bo.last_active = mono_ns();
+    T->bo.sleep_us = T->p.sleep_us;
+    T->bo.flushed = 1;
     for (;;) {
-        int busy = 0;
         uint32_t n = __atomic_load_n(&T->n_pages, __ATOMIC_ACQUIRE);
-        for (uint32_t i = 0; i < n; i++) {
-            struct db_page *pg = T->pages[i];
-            if (pg->stopped)
-                continue;
-            busy |= take_doorbell(T, pg);
-            if (pg->stop_req)
-                finish_page(pg);
-        }
-        /* served even while doorbells flow: the session's end must not wait for a lull */
-        uint32_t req = __atomic_load_n(&T->flush_req, __ATOMIC_ACQUIRE);
-        if (req != T->flush_ack) {
-            for (uint32_t i = 0; i < n; i++) {
-                struct db_page *pg = T->pages[i];
-                if (pg->stopped)
-                    continue;
-                /* a doorbell stored before the flush was asked for may have landed after this
-                 * pass's scan: take it now, so the session's last doorbells are accounted */
-                take_doorbell(T, pg);
-                flush_page(pg);
-            }
-            report_stats(T, started);
-            tls_muted = 1;
-            __atomic_store_n(&T->flush_ack, req, __ATOMIC_RELEASE);
-        } else if (tls_muted && !db_recording()) {
-            tls_muted = 0;
-        }
-        if (!busy)
-            arm_quiet_pages(T, n);
+        int busy = poll_pages(T, n);
+        serve_flush(T, n);
         if (busy) {
-            polls = 0;
-            flushed = 0;
-            sleep_us = p->sleep_us;
-            last_active = mono_ns();
-            set_state(T, ST_REP_SPINNING);
-            continue;
-        }
-        if (++polls & 63) {
-            cpu_relax();
-            continue;
-        }
-        for (uint32_t i = 0; i < n; i++)
-            if (!T->pages[i]->stopped)
-                forward_other_words(T->pages[i]);
-        uint64_t now = mono_ns(), idle = now - last_active;
-        expire_armed(T, n, now);
-        if (idle < spin_ns) {
-            set_state(T, ST_REP_SPINNING);
-            add_counter(T, offsetof(struct st_live_repeater, spins), 64);
-            if (p->yield_while_spinning)
-                sched_yield();
-        } else if (idle < pause_ns) {
-            if (!flushed) { /* the queue went quiet: account what was recovered so far */
-                for (uint32_t i = 0; i < n; i++)
-                    if (!T->pages[i]->stopped)
-                        flush_page(T->pages[i]);
-                flushed = 1;
-            }
-            set_state(T, ST_REP_PAUSING);
-            add_counter(T, offsetof(struct st_live_repeater, backoffs), 1);
-            for (int k = 0; k < 32; k++)
-                cpu_relax();
-            sched_yield();
+            back_off_reset(T);
         } else {
-            set_state(T, ST_REP_SLEEPING);
-            add_counter(T, offsetof(struct st_live_repeater, sleeps), 1);
-            struct timespec ts = {0, (long)sleep_us * 1000};
-            nanosleep(&ts, NULL);
-            sleep_us = sleep_us * 2 > p->max_sleep_us ? p->max_sleep_us : sleep_us * 2;
+            arm_quiet_pages(T, n);
+            back_off(T, n);
         }
     }
     return NULL;

@@ -37,6 +37,8 @@ struct db_qp {
     int gpu;               /* CUDA device ordinal of the queue, -1 for host memory */
     uint32_t uar_page;
     int known_start;       /* we saw it created: its producer index starts at 0 */
+    uint64_t dbr_addr;     /* its doorbell record (be32 receive, send counters), 0: unknown */
+    int dbr_mem;           /* enum db_mem: where the record is (host: read directly) */
     struct st_live_qp *live; /* live-block slot, or &priv */
     struct st_live_qp priv;
     volatile int dead;     /* destroyed: no longer matched to doorbells */
@@ -51,6 +53,8 @@ struct db_qp {
     struct db_copier *mirror_cp; /* who allocated the mirror */
     int repeater;          /* page index, -1 while on none */
     uint64_t copied_after; /* doorbells whose blocks were copied after their forward */
+    uint16_t dbr_pi;       /* its record was seen ahead of `pi` at this index ... */
+    uint64_t dbr_since;    /* ... since then (ns), 0: not ahead */
 };
 
 /* When a doorbell's newly announced blocks are copied, relative to forwarding it.  Before: the
@@ -68,6 +72,8 @@ struct db_copier_ops {
     struct db_copier *(*gpu_copier)(void *owner, void *cuctx);
     void *(*alloc_mirror)(struct db_copier *c, size_t bytes); /* pinned host memory */
     void (*free_mirror)(struct db_copier *c, void *p);
+    /* what kind of memory an address is: DB_MEM_GPU (device ordinal in *gpu) or DB_MEM_HOST */
+    int (*classify)(uint64_t addr, int *gpu);
 };
 
 struct db_page {
@@ -88,6 +94,10 @@ struct db_page {
     struct db_qp *armed_q;     /* holds an armed copy since armed_ns */
     uint64_t armed_ns;
     uint64_t quiet_since;      /* first poll that found no new doorbell since the last (ns), 0: none */
+    int records_due;           /* several QPs share the line: read their doorbell records */
+    uint32_t *record_copies;   /* pinned host copies of doorbell records in GPU memory, a slot per QP */
+    int records_unreadable;    /* no copier or memory for them: said once, not tried again */
+    uint64_t record_doorbells; /* doorbells forwarded from a QP's record, not seen on the line */
     volatile int stop_req, stopped;
 };
 
@@ -118,8 +128,11 @@ void db_params_load(struct db_params *p, int mode);
 /* Parse "2,3,8-11" into cpus; returns the count (0 on a bad list). */
 int db_parse_cpus(const char *s, int *cpus, int max);
 
-/* Set how repeater threads get CUDA copiers (cuda_hooks.c); NULL: host copies only. */
+/* Set how repeater threads get CUDA copiers (cuda_copier.c); NULL: host copies only. */
 void db_set_copier_ops(const struct db_copier_ops *ops, void *owner);
+/* What kind of memory an address is, as the copier ops say: DB_MEM_GPU with the device ordinal
+ * in *gpu, else DB_MEM_HOST (*gpu -1); host when no ops are set (CUDA not loaded). */
+int db_mem_of(uint64_t addr, int *gpu);
 
 /* Start watching: reads the page's starting values now (before the caller hands the pointer
  * out), then gives it to a repeater thread (started if needed).  NULL if out of pages/memory. */
@@ -133,15 +146,13 @@ int db_page_stop(struct db_page *pg, int timeout_ms);
 /* Every repeater thread synchronises and parses what it has recovered, then records nothing
  * more in this session (recording stops).  Waits up to timeout_ms for all of them. */
 void db_flush_all(int timeout_ms);
-/* On a repeater thread: whether it still records in this session (recording on, and it has not
- * flushed for the session's end). */
-int db_thread_recording(void);
 /* QP lookup for doorbells of a qpn the page does not know yet (devx_state.c installs it). */
 void db_set_qp_resolver(struct db_qp *(*fn)(uint32_t qpn, struct db_page *pg));
 
 /* Counters of doorbells whose qpn nobody knows, and such (for tests and the report). */
 struct db_stats {
     uint64_t unknown_qp_doorbells, backward_doorbells, pages, threads;
+    uint64_t record_doorbells; /* forwarded from doorbell records (hidden by another QP's) */
 };
 void db_stats(struct db_stats *out);
 

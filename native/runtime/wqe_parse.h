@@ -1,7 +1,7 @@
 /* wqe_parse.h: decoding mlx5 doorbells and send WQEs out of a host copy of a send queue.
  *
  * Layouts (big-endian on the wire) as in rdma-core's mlx5dv.h; see
- * ../shared/reference/mlx5-formats.md.  Nothing here allocates or has side effects: the caller
+ * docs/mlx5-formats.md.  Nothing here allocates or has side effects: the caller
  * (wqe_recovery.c) owns the ring copy and decides what to record.
  */
 #ifndef SIGMATRACE_WQE_PARSE_H

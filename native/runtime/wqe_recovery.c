@@ -4,8 +4,8 @@
 #include <string.h>
 
 #include "db_env.h"
+#include "db_thread.h"
 #include "wqe_recovery.h"
-#include "repeater.h"
 
 static int host_copy(struct db_copier *c, void *dst, uint64_t src, size_t n)
 {
@@ -62,17 +62,17 @@ void wqe_rec_fini(struct wqe_rec *r)
 
 /* ---- records ---------------------------------------------------------------------------- */
 
-static void emit_loss(struct wqe_rec *r, uint64_t first, uint64_t n, uint64_t ts)
+void wqe_loss(struct st_live_qp *live, uint32_t qpn, uint64_t first, uint64_t n, uint64_t ts, int emit)
 {
     if (!n)
         return;
-    r->live->wqe_losses += n;
-    if (!r->emit)
+    live->wqe_losses += n;
+    if (!emit)
         return;
     struct st_record rec = {0};
     rec.ts = ts;
     rec.type = ST_REC_WQE_LOSS;
-    rec.qpn = r->qpn;
+    rec.qpn = qpn;
     rec.aux32 = (uint32_t)first;
     rec.len = n > UINT32_MAX ? UINT32_MAX : (uint32_t)n;
     db_emit(&rec);
@@ -213,7 +213,7 @@ static void parse_upto(struct wqe_rec *r, uint64_t upto)
         uint64_t ts = q_time_of(r, p, 0);
         int n = wqe_parse(r->mirror, r->slots, p, upto, r->st, &w);
         if (n > 0) {
-            emit_loss(r, loss_from, loss_n, loss_ts);
+            wqe_loss(r->live, r->qpn, loss_from, loss_n, loss_ts, r->emit);
             loss_n = 0;
             emit_wqe(r, &w, ts);
             p += (uint64_t)n;
@@ -228,7 +228,7 @@ static void parse_upto(struct wqe_rec *r, uint64_t upto)
             p++;
         }
     }
-    emit_loss(r, loss_from, loss_n, loss_ts);
+    wqe_loss(r->live, r->qpn, loss_from, loss_n, loss_ts, r->emit);
     r->parsed = upto;
     r->live->wqe_pi = upto;
     q_drop_upto(r, upto);
@@ -302,7 +302,7 @@ int wqe_rec_announce(struct wqe_rec *r, uint64_t pi, uint64_t ts)
         parse_upto(r, r->copied);
         uint64_t keep = pi - r->slots;
         if (keep > r->parsed) {
-            emit_loss(r, r->parsed, keep - r->parsed, ts);
+            wqe_loss(r->live, r->qpn, r->parsed, keep - r->parsed, ts, r->emit);
             r->parsed = r->copied = keep;
             r->live->wqe_pi = keep;
             q_drop_upto(r, keep);

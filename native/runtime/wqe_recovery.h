@@ -95,6 +95,10 @@ void wqe_rec_disarm(struct wqe_rec *r);
  * copy. */
 void wqe_rec_flush(struct wqe_rec *r);
 
+/* Blocks [first, first + n) of qp `qpn` are lost: counted in `live`, and a WQE_LOSS record when
+ * `emit` (one record; its length clamped to 32 bits).  Also for queues nobody can recover. */
+void wqe_loss(struct st_live_qp *live, uint32_t qpn, uint64_t first, uint64_t n, uint64_t ts, int emit);
+
 /* Blocks announced but not parsed yet (the recovery lag). */
 static inline uint64_t wqe_rec_lag(const struct wqe_rec *r) { return r->pi - r->parsed; }
 

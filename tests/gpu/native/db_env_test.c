@@ -136,3 +136,10 @@ int db_on_stop(void (*fn)(int reason, void *arg), void *arg)
     test_env.stop_arg = arg;
     return 0;
 }
+
+void db_mmio_store(volatile uint64_t *reg, uint64_t value)
+{
+    __atomic_store_n(reg, value, __ATOMIC_RELEASE);
+    if (test_env.on_mmio)
+        test_env.on_mmio(reg, value);
+}

@@ -13,6 +13,8 @@ struct test_env {
     int verbose;
     void (*on_record)(const struct st_record *r); /* called under a lock, in emit order */
     uint64_t emitted, cold_events, errors;
+    /* the NIC model: each store to a doorbell register, on the storing thread (NULL: memory) */
+    void (*on_mmio)(volatile uint64_t *reg, uint64_t value);
     void (*stop_fn)(int reason, void *arg);
     void *stop_arg;
 };

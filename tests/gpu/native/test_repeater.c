@@ -7,6 +7,11 @@
  * through a test copier that can defer every copy to the sync (the worst case for overwrites) or
  * hold the repeater inside a copy while the GPU laps the ring.
  *
+ * With --shared-line every QP rings one register (QPs sharing a UAR, each with its own doorbell
+ * record): the NIC then gets every store the repeater makes to it (db_mmio_store), as hardware
+ * gets every PCIe write, and serves the QP each store names, so a doorbell the repeater never
+ * forwards leaves that QP waiting: gpu_failed.
+ *
  * Every record is checked as it is emitted: WQE and WQE_LOSS records of a QP must cover its
  * basic blocks in order, each exactly once, and each WQE must carry the fields the GPU wrote.
  * Prints one JSON object; the pytest side asserts exact numbers.
@@ -39,7 +44,8 @@ struct expect {
 struct qstate {
     uint32_t qpn;
     uint8_t *ring;
-    uint64_t *watch, *target; /* 4096-byte pages */
+    uint64_t *watch, *target; /* 4096-byte pages (with --shared-line, every QP's are QP 0's) */
+    uint32_t *dbr;            /* doorbell record: be32 receive counter, be32 send counter */
     struct gda_sq sq;
     struct expect *exp;
     uint64_t n_exp;
@@ -60,6 +66,8 @@ static struct {
     uint64_t ops;
     uint32_t kinds[4], nk, batch, slots, qps;
     int style, burst, overrun, placeholder;
+    int shared_line;  /* all QPs ring one register, as QPs sharing a UAR do */
+    int records_gpu;  /* doorbell records in "GPU memory": read through the copier */
     uint32_t gap_us; /* idle time after each completion (a latency-bound producer) */
     int64_t lose_at;
     const char *copier;
@@ -67,6 +75,7 @@ static struct {
 
 static struct qstate Q[MAXQ];
 static volatile int nic_stop, gpu_failed;
+static uint64_t nic_strangers; /* doorbells of no QP of ours */
 
 /* ---- test copier ---------------------------------------------------------------------------- */
 
@@ -186,7 +195,7 @@ static void tc_free(struct db_copier *c, void *p)
     (void)c;
     free(p);
 }
-static const struct db_copier_ops tc_ops = {tc_for, tc_alloc, tc_free};
+static const struct db_copier_ops tc_ops = {tc_for, tc_alloc, tc_free, NULL};
 
 /* ---- record checks -------------------------------------------------------------------------- */
 
@@ -262,6 +271,32 @@ static void on_record(const struct st_record *r)
 
 /* ---- the NIC -------------------------------------------------------------------------------- */
 
+/* The NIC takes doorbell value v of QP q: it reads the WQEs up to the index announced (they must
+ * be there) and completes them. */
+static void nic_take(struct qstate *q, uint64_t v)
+{
+    q->nic_values++;
+    struct db_value d = db_decode(v);
+    uint32_t done = q->nic_done;
+    uint32_t upto = done + (uint16_t)(d.next - (uint16_t)done);
+    if (d.qpn != q->qpn || upto - done > 0x8000u) {
+        q->nic_bad++;
+        return;
+    }
+    if (!opt.overrun) /* the NIC reads the WQE it is told about: it must be there */
+        for (uint32_t b = done; b < upto;) {
+            uint8_t *c = q->ring + ((b & (q->sq.slots - 1)) << 6);
+            uint32_t w0 = __builtin_bswap32(*(uint32_t *)c), w1 = __builtin_bswap32(*(uint32_t *)(c + 4));
+            if ((uint16_t)(w0 >> 8) != (uint16_t)b || (w1 >> 8) != q->qpn) {
+                q->nic_bad++;
+                break;
+            }
+            b += ((w1 & 0x3f) * 16 + 63) / 64;
+        }
+    __atomic_store_n(&q->nic_done, upto, __ATOMIC_RELEASE);
+}
+
+/* One QP per register: the NIC polls each register (a later value covers the earlier ones). */
 static void *nic_main(void *arg)
 {
     (void)arg;
@@ -276,30 +311,25 @@ static void *nic_main(void *arg)
                 continue;
             last[i] = v;
             busy = 1;
-            q->nic_values++;
-            struct db_value d = db_decode(v);
-            uint32_t done = q->nic_done;
-            uint32_t upto = done + (uint16_t)(d.next - (uint16_t)done);
-            if (d.qpn != q->qpn || upto - done > 0x8000u) {
-                q->nic_bad++;
-                continue;
-            }
-            if (!opt.overrun) /* the NIC reads the WQE it is told about: it must be there */
-                for (uint32_t b = done; b < upto;) {
-                    uint8_t *c = q->ring + ((b & (q->sq.slots - 1)) << 6);
-                    uint32_t w0 = __builtin_bswap32(*(uint32_t *)c), w1 = __builtin_bswap32(*(uint32_t *)(c + 4));
-                    if ((uint16_t)(w0 >> 8) != (uint16_t)b || (w1 >> 8) != q->qpn) {
-                        q->nic_bad++;
-                        break;
-                    }
-                    b += ((w1 & 0x3f) * 16 + 63) / 64;
-                }
-            __atomic_store_n(&q->nic_done, upto, __ATOMIC_RELEASE);
+            nic_take(q, v);
         }
         if (!busy && (++turns & 63) == 0)
             sched_yield();
     }
     return NULL;
+}
+
+/* QPs sharing a register: the NIC gets every store to it, as a device gets every PCIe write, and
+ * serves the QP each one names. */
+static void nic_on_store(volatile uint64_t *reg, uint64_t v)
+{
+    if (reg != Q[0].target)
+        return;
+    struct qstate *q = q_of(db_decode(v).qpn);
+    if (q)
+        nic_take(q, v);
+    else
+        nic_strangers++;
 }
 
 /* ---- the GPU -------------------------------------------------------------------------------- */
@@ -417,7 +447,8 @@ int main(int argc, char **argv)
                                        {"copier", 1, 0, 'c'},  {"burst", 0, 0, 'u'},  {"overrun", 1, 0, 'o'},
                                        {"cfg", 1, 0, 'C'},     {"aggregate", 0, 0, 'a'}, {"forward", 0, 0, 'f'},
                                        {"lose-at", 1, 0, 'l'}, {"placeholder", 0, 0, 'p'}, {"verbose", 0, 0, 'v'},
-                                       {"gap-us", 1, 0, 'g'}, {0, 0, 0, 0}};
+                                       {"gap-us", 1, 0, 'g'}, {"shared-line", 0, 0, 'L'}, {"records", 1, 0, 'r'},
+                                       {0, 0, 0, 0}};
     int mode = ST_DB_WQE, c;
     parse_kinds("write,read,fadd");
     while ((c = getopt_long(argc, argv, "", lo, NULL)) != -1) {
@@ -438,6 +469,8 @@ int main(int argc, char **argv)
         case 'p': opt.placeholder = 1; break;
         case 'v': test_env.verbose = 1; break;
         case 'g': opt.gap_us = (uint32_t)atoi(optarg); break;
+        case 'L': opt.shared_line = 1; break;
+        case 'r': opt.records_gpu = !strcmp(optarg, "gpu"); break;
         default: return 2;
         }
     }
@@ -456,30 +489,41 @@ int main(int argc, char **argv)
         struct qstate *q = &Q[i];
         q->qpn = 0x200 + i;
         q->ring = aligned_alloc(4096, (size_t)opt.slots * 64);
-        q->watch = aligned_alloc(4096, 4096);
-        q->target = aligned_alloc(4096, 4096);
+        q->dbr = aligned_alloc(64, 64);
         q->exp = calloc(opt.ops, sizeof(*q->exp));
         memset(q->ring, 0, (size_t)opt.slots * 64);
-        memset(q->watch, 0, 4096);
-        memset(q->target, 0, 4096);
-        q->sq = (struct gda_sq){.buf = q->ring, .dbrec = (volatile uint32_t *)(q->target + 128),
-                                .db = (volatile uint64_t *)q->watch, .slots = opt.slots, .qpn = q->qpn,
-                                .db_style = (uint32_t)opt.style};
-        q->pg = db_page_start(&p, q->watch, q->target, NULL);
-        if (!q->pg)
-            return 3;
+        memset(q->dbr, 0, 64);
+        if (opt.shared_line && i > 0) {
+            q->watch = Q[0].watch;
+            q->target = Q[0].target;
+            q->pg = Q[0].pg;
+        } else {
+            q->watch = aligned_alloc(4096, 4096);
+            q->target = aligned_alloc(4096, 4096);
+            memset(q->watch, 0, 4096);
+            memset(q->target, 0, 4096);
+            q->pg = db_page_start(&p, q->watch, q->target, NULL);
+            if (!q->pg)
+                return 3;
+        }
+        q->sq = (struct gda_sq){.buf = q->ring, .dbrec = q->dbr, .db = (volatile uint64_t *)q->watch,
+                                .slots = opt.slots, .qpn = q->qpn, .db_style = (uint32_t)opt.style};
         if (!opt.placeholder) {
             q->dq = (struct db_qp){.qpn = q->qpn, .st = MLX5_ST_RC, .slots = opt.slots,
                                    .sq_addr = (uint64_t)(uintptr_t)q->ring,
                                    .sq_mem = host ? DB_MEM_HOST : DB_MEM_GPU, .gpu = host ? -1 : 0,
-                                   .known_start = 1, .repeater = -1};
+                                   .known_start = 1, .repeater = -1, .dbr_addr = (uint64_t)(uintptr_t)q->dbr,
+                                   .dbr_mem = opt.records_gpu ? DB_MEM_GPU : DB_MEM_HOST};
             q->dq.live = db_live_qp(q->qpn, ST_QPF_DEVX | (host ? 0 : ST_QPF_GPU_SQ));
             if (db_page_add_qp(q->pg, &q->dq))
                 return 3;
         }
     }
     pthread_t nic, gpu[MAXQ];
-    pthread_create(&nic, NULL, nic_main, NULL);
+    if (opt.shared_line)
+        test_env.on_mmio = nic_on_store;
+    else
+        pthread_create(&nic, NULL, nic_main, NULL);
     struct timespec t0, t1;
     clock_gettime(CLOCK_MONOTONIC, &t0);
     for (uint32_t i = 0; i < opt.qps; i++)
@@ -488,7 +532,8 @@ int main(int argc, char **argv)
         pthread_join(gpu[i], NULL);
     clock_gettime(CLOCK_MONOTONIC, &t1);
     nic_stop = 1;
-    pthread_join(nic, NULL);
+    if (!opt.shared_line)
+        pthread_join(nic, NULL);
     db_flush_all(5000);
 
     struct db_stats st;
@@ -496,9 +541,10 @@ int main(int argc, char **argv)
     double secs = (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) / 1e9;
     printf("{\"seconds\":%.3f,\"gpu_failed\":%d,\"errors\":%" PRIu64 ",\"copies\":%" PRIu64 ",\"syncs\":%" PRIu64
            ",\"unknown_qp_doorbells\":%" PRIu64 ",\"backward\":%" PRIu64 ",\"armed\":%" PRIu64
-           ",\"armed_fired\":%" PRIu64 ",\"armed_released_early\":%" PRIu64 ",\"qps\":[",
+           ",\"armed_fired\":%" PRIu64 ",\"armed_released_early\":%" PRIu64 ",\"record_doorbells\":%" PRIu64
+           ",\"nic_strangers\":%" PRIu64 ",\"qps\":[",
            secs, gpu_failed, test_env.errors, tc.copies, tc.syncs, st.unknown_qp_doorbells, st.backward_doorbells,
-           tc.holds, tc.fired, tc.released_early);
+           tc.holds, tc.fired, tc.released_early, st.record_doorbells, nic_strangers);
     for (uint32_t i = 0; i < opt.qps; i++) {
         struct qstate *q = &Q[i];
         struct st_live_qp *l = test_live_qp(q->qpn);
