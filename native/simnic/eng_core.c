@@ -18,7 +18,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "sn.h"
+#include "sn_engine.h"
 
 #define SPIN_NS 50000ull		/* spin with pause this long after the last work */
 #define YIELD_NS 250000ull		/* then sched_yield until this long */
@@ -27,6 +27,8 @@
 #define TIMER_PERIOD_NS 1000000ull
 
 static uint64_t g_ring_bytes;
+
+int sn_debug_enabled;		/* set from SIMNIC_DEBUG when the library is loaded */
 
 uint64_t sn_now_ns(void)
 {
@@ -220,7 +222,7 @@ static void arm_scan(struct sn_engine *eng)
 	for (struct sn_ecq *cq = eng->cqs; cq; cq = cq->next) {
 		uint32_t word;
 
-		if (!cq->ibcq || cq->dbm.gpu)
+		if (!cq->ev_obj || cq->dbm.gpu)
 			continue;
 		word = be32toh(atomic_load_explicit((_Atomic uint32_t *)&cq->dbrec[1],
 						    memory_order_acquire));
@@ -619,31 +621,21 @@ void sn_engine_put(struct sn_device *dev)
 		engine_stop(eng);
 }
 
-/* At exit: stop engines of contexts the program never closed, leave the fabric, give back the
- * LIDs.  Runs as a destructor of libmlx5.so.1. */
 void sn_fork_child_reset(void)
 {
 	pthread_mutex_init(&g_eng_lock, NULL);
 }
 
-__attribute__((destructor)) static void engines_at_exit(void)
+/* For the provider's destructor: an engine of a context the program never closed leaves the
+ * fabric too. */
+void sn_engine_shutdown(struct sn_device *dev)
 {
-	if (!sn_devices_are_ours())
-		return;	/* a forked child that never opened a device: nothing here is its own */
-	for (int i = 0; i < sn_ndevices; i++) {
-		struct sn_device *dev = sn_devices[i];
-		struct sn_engine *eng;
+	struct sn_engine *eng;
 
-		if (!dev)
-			continue;
-		pthread_mutex_lock(&g_eng_lock);
-		eng = dev->eng;
-		dev->eng = NULL;
-		pthread_mutex_unlock(&g_eng_lock);
-		if (eng)
-			engine_stop(eng);
-		if (dev->lid)
-			sn_lid_free(dev->lid);
-		dev->lid = 0;
-	}
+	pthread_mutex_lock(&g_eng_lock);
+	eng = dev->eng;
+	dev->eng = NULL;
+	pthread_mutex_unlock(&g_eng_lock);
+	if (eng)
+		engine_stop(eng);
 }

@@ -4,7 +4,7 @@
 #include <errno.h>
 #include <unistd.h>
 
-#include "sn.h"
+#include "sn_engine.h"
 
 /* Vendor syndromes as ConnectX reports them for the common errors (what `ibv_rc_pingpong`
  * and friends print as vendor_err). */
@@ -36,11 +36,10 @@ static uint8_t vendor_syndrome(uint8_t syndrome)
 
 static void fire_event(struct sn_ecq *cq)
 {
-	struct sn_channel *ch = (struct sn_channel *)cq->channel;
-	void *p = cq->ibcq;
+	void *p = cq->ev_obj;
 
 	cq->armed = 0;
-	if (ch && write(ch->wfd, &p, sizeof(p)) != (ssize_t)sizeof(p))
+	if (p && cq->comp_fd >= 0 && write(cq->comp_fd, &p, sizeof(p)) != (ssize_t)sizeof(p))
 		sn_dbg("completion event for CQ %u lost", cq->cqn);
 }
 
@@ -74,14 +73,10 @@ static void emit(struct sn_engine *eng, struct sn_ecq *cq, struct mlx5_cqe64 *cq
 			 * stops writing to the CQ */
 			cq->overrun = 1;
 			sn_log("CQ %u overrun (%u entries): completions are dropped", cq->cqn, cq->cnt);
-			if (cq->ibcq) {
-				struct sn_cq *vcq = (struct sn_cq *)cq->ibcq;
-				struct {
-					uint32_t type, pad;
-					void *obj;
-				} ev = {IBV_EVENT_CQ_ERR, 0, cq->ibcq};
+			if (cq->ev_obj) {
+				struct sn_async_rec ev = {IBV_EVENT_CQ_ERR, 0, cq->ev_obj};
 
-				if (write(vcq->ctx->async_pipe[1], &ev, sizeof(ev)) < 0)
+				if (write(cq->async_fd, &ev, sizeof(ev)) < 0)
 					sn_dbg("async event lost");
 			}
 			return;
@@ -183,17 +178,10 @@ void sn_ecq_arm(struct sn_engine *eng, struct sn_ecq *cq, uint32_t word)
 
 void sn_async_event(struct sn_engine *eng, struct sn_eqp *q, enum ibv_event_type type)
 {
-	struct sn_qp *qp;
-	struct {
-		uint32_t type, pad;
-		void *obj;
-	} ev;
+	struct sn_async_rec ev = {type, 0, q->ev_obj};
 
-	if (q->devx || !(qp = sn_qp_of(q)))
+	if (q->devx || !q->ev_obj)
 		return;
-	ev.type = type;
-	ev.pad = 0;
-	ev.obj = &qp->qpx.qp_base;
-	if (write(qp->ctx->async_pipe[1], &ev, sizeof(ev)) < 0)
+	if (write(q->async_fd, &ev, sizeof(ev)) < 0)
 		sn_dbg("async event lost");
 }

@@ -10,7 +10,7 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "sn.h"
+#include "sn_engine.h"
 
 /* The few CUDA driver types and calls we use (cuda.h is not needed to build). */
 typedef int CUresult;

@@ -3,7 +3,7 @@
 #include <errno.h>
 #include <stdlib.h>
 
-#include "sn.h"
+#include "sn_engine.h"
 
 int sn_eqp_alloc_tracking(struct sn_eqp *q, uint32_t max_sge)
 {

@@ -9,7 +9,7 @@
 #include <errno.h>
 #include <stdlib.h>
 
-#include "sn.h"
+#include "sn_engine.h"
 
 #define PSN_MASK 0xffffffu
 

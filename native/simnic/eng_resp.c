@@ -12,7 +12,7 @@
 #include <stdlib.h>
 #include <sys/mman.h>
 
-#include "sn.h"
+#include "sn_engine.h"
 
 #define PSN_MASK 0xffffffu
 

@@ -426,8 +426,9 @@ static struct sn_cq *cq_create(struct ibv_context *c, int cqe, void *cq_context,
 	cq->e.cnt = cnt;
 	cq->e.log_cnt = (uint32_t)__builtin_ctz(cnt);
 	cq->e.dbrec = cq->dbrec;
-	cq->e.ibcq = (struct ibv_cq *)&cq->ibcq;
-	cq->e.channel = ibch;
+	cq->e.ev_obj = &cq->ibcq;
+	cq->e.comp_fd = ibch ? ((struct sn_channel *)ibch)->wfd : -1;
+	cq->e.async_fd = ctx->async_pipe[1];
 	if (ibch)
 		atomic_fetch_add(&((struct sn_channel *)ibch)->refs, 1);
 	pthread_mutex_lock(&ctx->eng->lock);
@@ -501,8 +502,8 @@ int sn_destroy_cq(struct ibv_cq *ibcq)
 	pthread_mutex_lock(&ctx->eng->lock);
 	sn_engine_del_cq(ctx->eng, &cq->e);
 	pthread_mutex_unlock(&ctx->eng->lock);
-	if (cq->e.channel)
-		atomic_fetch_sub(&((struct sn_channel *)cq->e.channel)->refs, 1);
+	if (cq->ibcq.channel)
+		atomic_fetch_sub(&((struct sn_channel *)cq->ibcq.channel)->refs, 1);
 	free(cq->buf);
 	free(cq->dbrec);
 	pthread_spin_destroy(&cq->lock);

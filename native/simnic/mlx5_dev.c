@@ -25,7 +25,6 @@
 #define BOARD_ID "MT_0000000838"
 #define GUID_PREFIX 0x98039b0300000000ull
 
-int sn_debug_enabled;
 int sn_ndevices;
 struct sn_device *sn_devices[SN_MAX_DEVICES];
 static pthread_mutex_t g_dev_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -132,6 +131,24 @@ void install_atfork(void)
 int sn_devices_are_ours(void)
 {
 	return g_devs_pid == getpid();
+}
+
+/* At exit: stop the engines of contexts the program never closed, leave the fabric, give back
+ * the LIDs. */
+__attribute__((destructor)) static void devices_at_exit(void)
+{
+	if (!sn_devices_are_ours())
+		return;	/* a forked child that never opened a device: nothing here is its own */
+	for (int i = 0; i < sn_ndevices; i++) {
+		struct sn_device *dev = sn_devices[i];
+
+		if (!dev)
+			continue;
+		sn_engine_shutdown(dev);
+		if (dev->lid)
+			sn_lid_free(dev->lid);
+		dev->lid = 0;
+	}
 }
 
 static struct sn_device *to_sdev(struct ibv_device *d)
@@ -493,11 +510,7 @@ static int query_rt_values(struct ibv_context *ctx, struct ibv_values_ex *values
 
 /* ---- asynchronous events ------------------------------------------------------------------------- */
 
-struct sn_async_rec {
-	uint32_t type, pad;
-	void *obj;
-};
-
+/* records written by the engine (struct sn_async_rec) into the context's pipe */
 static int get_async_event(struct ibv_context *ctx, struct ibv_async_event *ev)
 {
 	struct sn_async_rec r;

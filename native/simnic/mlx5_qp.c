@@ -12,11 +12,6 @@
 
 #include "sn_verbs.h"
 
-struct sn_qp *sn_qp_of(struct sn_eqp *q)
-{
-	return q->devx ? NULL : (struct sn_qp *)((uint8_t *)q - offsetof(struct sn_qp, e));
-}
-
 static uint32_t roundup_pow2(uint32_t v)
 {
 	uint32_t p = 1;
@@ -148,6 +143,8 @@ static struct ibv_qp *qp_create(struct ibv_context *c, struct ibv_pd *ibpd,
 	qp->e.pdn = pd->pdn;
 	qp->e.uidx = qp->uidx;
 	qp->e.uar = qp->uar;
+	qp->e.ev_obj = &qp->qpx.qp_base;
+	qp->e.async_fd = ctx->async_pipe[1];
 	qp->e.sq_buf = qp->sq_start;
 	qp->e.sq_cnt = qp->sq_cnt;
 	qp->e.dbrec = qp->dbrec;
