@@ -510,7 +510,7 @@ static int query_rt_values(struct ibv_context *ctx, struct ibv_values_ex *values
 
 /* ---- asynchronous events ------------------------------------------------------------------------- */
 
-/* records written by the engine (struct sn_async_rec) into the context's pipe */
+/* One record the engine wrote into the context's pipe (struct sn_async_rec). */
 static int get_async_event(struct ibv_context *ctx, struct ibv_async_event *ev)
 {
 	struct sn_async_rec r;

@@ -302,7 +302,7 @@ struct sn_engine {
 	uint64_t now_ns;
 	uint64_t last_timer_ns;
 	uint64_t last_slot_scan_ns;
-	/* counters (docs/simnic.md lists them) */
+	/* counters, printed at exit with SIMNIC_DEBUG=1 */
 	uint64_t n_wqes, n_msgs_tx, n_msgs_rx, n_cqes, n_sleeps, n_bad_doorbells, n_errors;
 	uint64_t n_assists;
 	uint32_t n_gpu_objects;		/* queues in CUDA memory: no polling assist */
