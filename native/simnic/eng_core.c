@@ -149,7 +149,8 @@ void sn_engine_del_uar(struct sn_engine *eng, struct sn_uar *uar)
         }
 }
 
-/* Memory keys: index << 8 | an 8-bit tag, as mlx5 mkeys; the tag changes on reuse. */
+/* Memory keys: index << 8 | an 8-bit tag, as mlx5 mkeys; the tag changes on reuse.  Never
+ * MLX5_INVALID_LKEY (index 1, tag 0): in a receive WQE it ends the scatter list. */
 int sn_engine_add_mr(struct sn_engine *eng, struct sn_mr *mr)
 {
     uint32_t i;
@@ -173,7 +174,10 @@ int sn_engine_add_mr(struct sn_engine *eng, struct sn_mr *mr)
         eng->mr_cap = cap;
     }
     eng->mrs[i] = mr;
-    mr->ibmr.lkey = mr->ibmr.rkey = (i << 8) | (sn_key_alloc() & 0xff);
+    do
+        mr->ibmr.lkey = (i << 8) | (sn_key_alloc() & 0xff);
+    while (mr->ibmr.lkey == MLX5_INVALID_LKEY);
+    mr->ibmr.rkey = mr->ibmr.lkey;
     return 0;
 }
 
