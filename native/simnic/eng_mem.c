@@ -10,7 +10,7 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "sn.h"
+#include "sn_engine.h"
 
 /* The few CUDA driver types and calls we use (cuda.h is not needed to build). */
 typedef int CUresult;
@@ -23,61 +23,61 @@ typedef void *CUstream;
 #define CU_STREAM_NON_BLOCKING 1
 
 static struct {
-	CUresult (*getattr)(void *data, int attr, CUdeviceptr ptr);
-	CUresult (*set_current)(CUcontext ctx);
-	CUresult (*stream_create)(CUstream *s, unsigned flags);
-	CUresult (*stream_sync)(CUstream s);
-	CUresult (*dtoh)(void *dst, CUdeviceptr src, size_t n, CUstream s);
-	CUresult (*htod)(CUdeviceptr dst, const void *src, size_t n, CUstream s);
-	CUresult (*dtod)(CUdeviceptr dst, CUdeviceptr src, size_t n, CUstream s);
-	int loaded;
+    CUresult (*getattr)(void *data, int attr, CUdeviceptr ptr);
+    CUresult (*set_current)(CUcontext ctx);
+    CUresult (*stream_create)(CUstream *s, unsigned flags);
+    CUresult (*stream_sync)(CUstream s);
+    CUresult (*dtoh)(void *dst, CUdeviceptr src, size_t n, CUstream s);
+    CUresult (*htod)(CUdeviceptr dst, const void *src, size_t n, CUstream s);
+    CUresult (*dtod)(CUdeviceptr dst, CUdeviceptr src, size_t n, CUstream s);
+    int loaded;
 } cu;
 
 static pthread_mutex_t cu_lock = PTHREAD_MUTEX_INITIALIZER;
 
 static int cuda_bind(void)
 {
-	void *h;
+    void *h;
 
-	if (cu.loaded)
-		return cu.loaded > 0 ? 0 : -1;
-	pthread_mutex_lock(&cu_lock);
-	if (!cu.loaded) {
-		h = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
-		if (h) {
-			cu.getattr = dlsym(h, "cuPointerGetAttribute");
-			cu.set_current = dlsym(h, "cuCtxSetCurrent");
-			cu.stream_create = dlsym(h, "cuStreamCreate");
-			cu.stream_sync = dlsym(h, "cuStreamSynchronize");
-			cu.dtoh = dlsym(h, "cuMemcpyDtoHAsync_v2");
-			cu.htod = dlsym(h, "cuMemcpyHtoDAsync_v2");
-			cu.dtod = dlsym(h, "cuMemcpyDtoDAsync_v2");
-		}
-		/* a program may load CUDA later: only a complete binding is final */
-		if (cu.getattr && cu.set_current && cu.stream_create && cu.stream_sync && cu.dtoh &&
-		    cu.htod && cu.dtod)
-			cu.loaded = 1;
-	}
-	pthread_mutex_unlock(&cu_lock);
-	return cu.loaded > 0 ? 0 : -1;
+    if (cu.loaded)
+        return cu.loaded > 0 ? 0 : -1;
+    pthread_mutex_lock(&cu_lock);
+    if (!cu.loaded) {
+        h = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
+        if (h) {
+            cu.getattr = dlsym(h, "cuPointerGetAttribute");
+            cu.set_current = dlsym(h, "cuCtxSetCurrent");
+            cu.stream_create = dlsym(h, "cuStreamCreate");
+            cu.stream_sync = dlsym(h, "cuStreamSynchronize");
+            cu.dtoh = dlsym(h, "cuMemcpyDtoHAsync_v2");
+            cu.htod = dlsym(h, "cuMemcpyHtoDAsync_v2");
+            cu.dtod = dlsym(h, "cuMemcpyDtoDAsync_v2");
+        }
+        /* a program may load CUDA later: only a complete binding is final */
+        if (cu.getattr && cu.set_current && cu.stream_create && cu.stream_sync && cu.dtoh &&
+            cu.htod && cu.dtod)
+            cu.loaded = 1;
+    }
+    pthread_mutex_unlock(&cu_lock);
+    return cu.loaded > 0 ? 0 : -1;
 }
 
 void sn_mem_classify(const void *addr, struct sn_mem *m)
 {
-	unsigned type = 0;
-	CUcontext ctx = NULL;
+    unsigned type = 0;
+    CUcontext ctx = NULL;
 
-	m->gpu = 0;
-	m->cuctx = NULL;
-	if (!addr || cuda_bind())
-		return;
-	if (cu.getattr(&type, CU_POINTER_ATTRIBUTE_MEMORY_TYPE, (CUdeviceptr)(uintptr_t)addr) ||
-	    type != CU_MEMORYTYPE_DEVICE)
-		return;
-	if (cu.getattr(&ctx, CU_POINTER_ATTRIBUTE_CONTEXT, (CUdeviceptr)(uintptr_t)addr))
-		return;
-	m->gpu = 1;
-	m->cuctx = ctx;
+    m->gpu = 0;
+    m->cuctx = NULL;
+    if (!addr || cuda_bind())
+        return;
+    if (cu.getattr(&type, CU_POINTER_ATTRIBUTE_MEMORY_TYPE, (CUdeviceptr)(uintptr_t)addr) ||
+        type != CU_MEMORYTYPE_DEVICE)
+        return;
+    if (cu.getattr(&ctx, CU_POINTER_ATTRIBUTE_CONTEXT, (CUdeviceptr)(uintptr_t)addr))
+        return;
+    m->gpu = 1;
+    m->cuctx = ctx;
 }
 
 /* Copies run on a stream of the engine's own, created non-blocking in each context: the
@@ -88,109 +88,109 @@ void sn_mem_classify(const void *addr, struct sn_mem *m)
 #define N_STREAMS 16
 static __thread CUcontext tls_ctx;
 static __thread struct {
-	CUcontext ctx;
-	CUstream s;
+    CUcontext ctx;
+    CUstream s;
 } tls_streams[N_STREAMS];
 static __thread CUstream tls_stream;
 
 static int use_ctx(const struct sn_mem *m)
 {
-	int i;
+    int i;
 
-	if (tls_ctx == m->cuctx && tls_stream)
-		return 0;
-	if (cu.set_current(m->cuctx))
-		return -1;
-	tls_ctx = m->cuctx;
-	for (i = 0; i < N_STREAMS && tls_streams[i].ctx; i++)
-		if (tls_streams[i].ctx == m->cuctx) {
-			tls_stream = tls_streams[i].s;
-			return 0;
-		}
-	tls_stream = NULL;
-	if (cu.stream_create(&tls_stream, CU_STREAM_NON_BLOCKING) || !tls_stream) {
-		tls_stream = NULL;
-		tls_ctx = NULL;
-		return -1;
-	}
-	if (i == N_STREAMS)
-		i = (int)((uintptr_t)m->cuctx >> 4) % N_STREAMS;	/* replaced; the old one leaks */
-	tls_streams[i].ctx = m->cuctx;
-	tls_streams[i].s = tls_stream;
-	return 0;
+    if (tls_ctx == m->cuctx && tls_stream)
+        return 0;
+    if (cu.set_current(m->cuctx))
+        return -1;
+    tls_ctx = m->cuctx;
+    for (i = 0; i < N_STREAMS && tls_streams[i].ctx; i++)
+        if (tls_streams[i].ctx == m->cuctx) {
+            tls_stream = tls_streams[i].s;
+            return 0;
+        }
+    tls_stream = NULL;
+    if (cu.stream_create(&tls_stream, CU_STREAM_NON_BLOCKING) || !tls_stream) {
+        tls_stream = NULL;
+        tls_ctx = NULL;
+        return -1;
+    }
+    if (i == N_STREAMS)
+        i = (int)((uintptr_t)m->cuctx >> 4) % N_STREAMS;        /* replaced; the old one leaks */
+    tls_streams[i].ctx = m->cuctx;
+    tls_streams[i].s = tls_stream;
+    return 0;
 }
 
 int sn_mem_read(void *dst, const void *src, size_t len, const struct sn_mem *m)
 {
-	if (!len)
-		return 0;
-	if (SN_LIKELY(!m->gpu)) {
-		memcpy(dst, src, len);
-		return 0;
-	}
-	if (use_ctx(m) || cu.dtoh(dst, (CUdeviceptr)(uintptr_t)src, len, tls_stream) ||
-	    cu.stream_sync(tls_stream))
-		return -1;
-	return 0;
+    if (!len)
+        return 0;
+    if (SN_LIKELY(!m->gpu)) {
+        memcpy(dst, src, len);
+        return 0;
+    }
+    if (use_ctx(m) || cu.dtoh(dst, (CUdeviceptr)(uintptr_t)src, len, tls_stream) ||
+        cu.stream_sync(tls_stream))
+        return -1;
+    return 0;
 }
 
 int sn_mem_write(void *dst, const void *src, size_t len, const struct sn_mem *m)
 {
-	if (!len)
-		return 0;
-	if (SN_LIKELY(!m->gpu)) {
-		memcpy(dst, src, len);
-		return 0;
-	}
-	if (use_ctx(m) || cu.htod((CUdeviceptr)(uintptr_t)dst, src, len, tls_stream) ||
-	    cu.stream_sync(tls_stream))
-		return -1;
-	return 0;
+    if (!len)
+        return 0;
+    if (SN_LIKELY(!m->gpu)) {
+        memcpy(dst, src, len);
+        return 0;
+    }
+    if (use_ctx(m) || cu.htod((CUdeviceptr)(uintptr_t)dst, src, len, tls_stream) ||
+        cu.stream_sync(tls_stream))
+        return -1;
+    return 0;
 }
 
 int sn_mem_copy(void *dst, const struct sn_mem *dm, const void *src, const struct sn_mem *sm,
-		size_t len)
+                size_t len)
 {
-	if (!dm->gpu && !sm->gpu) {
-		memcpy(dst, src, len);
-		return 0;
-	}
-	if (dm->gpu && sm->gpu) {
-		if (use_ctx(dm) ||
-		    cu.dtod((CUdeviceptr)(uintptr_t)dst, (CUdeviceptr)(uintptr_t)src, len, tls_stream) ||
-		    cu.stream_sync(tls_stream))
-			return -1;
-		return 0;
-	}
-	return dm->gpu ? sn_mem_write(dst, src, len, dm) : sn_mem_read(dst, src, len, sm);
+    if (!dm->gpu && !sm->gpu) {
+        memcpy(dst, src, len);
+        return 0;
+    }
+    if (dm->gpu && sm->gpu) {
+        if (use_ctx(dm) ||
+            cu.dtod((CUdeviceptr)(uintptr_t)dst, (CUdeviceptr)(uintptr_t)src, len, tls_stream) ||
+            cu.stream_sync(tls_stream))
+            return -1;
+        return 0;
+    }
+    return dm->gpu ? sn_mem_write(dst, src, len, dm) : sn_mem_read(dst, src, len, sm);
 }
 
 int sn_mem_atomic(void *addr, const struct sn_mem *m, int fetch_add, uint64_t a, uint64_t b,
-		  uint64_t *orig)
+                  uint64_t *orig)
 {
-	uint64_t v;
+    uint64_t v;
 
-	if (!m->gpu) {
-		_Atomic uint64_t *p = (_Atomic uint64_t *)addr;
+    if (!m->gpu) {
+        _Atomic uint64_t *p = (_Atomic uint64_t *)addr;
 
-		if (fetch_add) {
-			*orig = atomic_fetch_add(p, a);
-		} else {
-			v = b;	/* compare */
-			atomic_compare_exchange_strong(p, &v, a);
-			*orig = v;
-		}
-		return 0;
-	}
-	/* CUDA memory: only the NIC performs atomics on it, one at a time */
-	if (sn_mem_read(&v, addr, 8, m))
-		return -1;
-	*orig = v;
-	if (fetch_add)
-		v += a;
-	else if (v == b)
-		v = a;
-	else
-		return 0;
-	return sn_mem_write(addr, &v, 8, m);
+        if (fetch_add) {
+            *orig = atomic_fetch_add(p, a);
+        } else {
+            v = b;  /* compare */
+            atomic_compare_exchange_strong(p, &v, a);
+            *orig = v;
+        }
+        return 0;
+    }
+    /* CUDA memory: only the NIC performs atomics on it, one at a time */
+    if (sn_mem_read(&v, addr, 8, m))
+        return -1;
+    *orig = v;
+    if (fetch_add)
+        v += a;
+    else if (v == b)
+        v = a;
+    else
+        return 0;
+    return sn_mem_write(addr, &v, 8, m);
 }

@@ -9,51 +9,51 @@
 #include <errno.h>
 #include <stdlib.h>
 
-#include "sn.h"
+#include "sn_engine.h"
 
 #define PSN_MASK 0xffffffu
 
-static inline int32_t psn_diff(uint32_t a, uint32_t b)	/* a - b in 24-bit arithmetic */
+static inline int32_t psn_diff(uint32_t a, uint32_t b)  /* a - b in 24-bit arithmetic */
 {
-	return (int32_t)((a - b) << 8) >> 8;
+    return (int32_t)((a - b) << 8) >> 8;
 }
 
 static uint32_t mtu_bytes(uint8_t mtu)
 {
-	return mtu >= IBV_MTU_256 && mtu <= IBV_MTU_4096 ? 128u << mtu : 1024u;
+    return mtu >= IBV_MTU_256 && mtu <= IBV_MTU_4096 ? 128u << mtu : 1024u;
 }
 
 /* IB "RNR NAK timer" field -> nanoseconds (Table 45 of the IB spec) */
 static uint64_t rnr_timer_ns(uint8_t t)
 {
-	static const uint32_t us100[32] = {
-		655360, 1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96, 128, 192,
-		256, 384, 512, 768, 1024, 1536, 2048, 3072, 4096, 6144, 8192, 12288,
-		16384, 24576, 32768, 49152};
+    static const uint32_t us100[32] = {
+        655360, 1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96, 128, 192,
+        256, 384, 512, 768, 1024, 1536, 2048, 3072, 4096, 6144, 8192, 12288,
+        16384, 24576, 32768, 49152};
 
-	return (uint64_t)us100[t & 31] * 10000ull;	/* units of 0.01 ms */
+    return (uint64_t)us100[t & 31] * 10000ull;      /* units of 0.01 ms */
 }
 
 /* QP timeout: 4.096 us * 2^timeout; 0 is "infinite" on hardware. */
 static uint64_t ack_timeout_ns(uint8_t t)
 {
-	return t ? 4096ull << (t > 31 ? 31 : t) : 0;
+    return t ? 4096ull << (t > 31 ? 31 : t) : 0;
 }
 
 /* ---- doorbells -------------------------------------------------------------------------------- */
 
 int sn_req_doorbell(struct sn_engine *eng, struct sn_eqp *q, uint32_t pi16)
 {
-	int16_t delta = (int16_t)(pi16 - (q->sq_pi & 0xffff));
+    int16_t delta = (int16_t)(pi16 - (q->sq_pi & 0xffff));
 
-	if (delta <= 0)
-		return 0;	/* the same value again, or an older one seen late */
-	if ((uint32_t)delta > q->sq_cnt) {
-		eng->n_bad_doorbells++;
-		return 0;
-	}
-	q->sq_pi += (uint32_t)delta;
-	return 1;
+    if (delta <= 0)
+        return 0;       /* the same value again, or an older one seen late */
+    if ((uint32_t)delta > q->sq_cnt) {
+        eng->n_bad_doorbells++;
+        return 0;
+    }
+    q->sq_pi += (uint32_t)delta;
+    return 1;
 }
 
 /* ---- reading a WQE ---------------------------------------------------------------------------- */
@@ -61,671 +61,671 @@ int sn_req_doorbell(struct sn_engine *eng, struct sn_eqp *q, uint32_t pi16)
 /* Copies LEN bytes of the SQ starting at basic block BB (wrapping) into DST. */
 static int sq_read(struct sn_eqp *q, uint32_t bb, void *dst, uint32_t len)
 {
-	uint32_t off = (bb & (q->sq_cnt - 1)) * MLX5_SEND_WQE_BB;
-	uint32_t size = q->sq_cnt * MLX5_SEND_WQE_BB;
-	uint32_t first = len < size - off ? len : size - off;
+    uint32_t off = (bb & (q->sq_cnt - 1)) * MLX5_SEND_WQE_BB;
+    uint32_t size = q->sq_cnt * MLX5_SEND_WQE_BB;
+    uint32_t first = len < size - off ? len : size - off;
 
-	if (sn_mem_read(dst, q->sq_buf + off, first, &q->sqm))
-		return -1;
-	if (first < len && sn_mem_read((uint8_t *)dst + first, q->sq_buf, len - first, &q->sqm))
-		return -1;
-	return 0;
+    if (sn_mem_read(dst, q->sq_buf + off, first, &q->sqm))
+        return -1;
+    if (first < len && sn_mem_read((uint8_t *)dst + first, q->sq_buf, len - first, &q->sqm))
+        return -1;
+    return 0;
 }
 
 /* Validates one local segment; returns the mlx5 syndrome (0 if fine). */
 static uint8_t check_local(struct sn_engine *eng, struct sn_eqp *q, struct sn_sge *s, int write)
 {
-	struct sn_mr *mr = sn_engine_find_mr(eng, s->lkey);
+    struct sn_mr *mr = sn_engine_find_mr(eng, s->lkey);
 
-	if (!mr || mr->pdn != q->pdn || s->addr < mr->iova || s->len > mr->len ||
-	    s->addr - mr->iova > mr->len - s->len)
-		return MLX5_CQE_SYNDROME_LOCAL_PROT_ERR;
-	if (write && !(mr->access & IBV_ACCESS_LOCAL_WRITE))
-		return MLX5_CQE_SYNDROME_LOCAL_PROT_ERR;
-	return 0;
+    if (!mr || mr->pdn != q->pdn || s->addr < mr->iova || s->len > mr->len ||
+        s->addr - mr->iova > mr->len - s->len)
+        return MLX5_CQE_SYNDROME_LOCAL_PROT_ERR;
+    if (write && !(mr->access & IBV_ACCESS_LOCAL_WRITE))
+        return MLX5_CQE_SYNDROME_LOCAL_PROT_ERR;
+    return 0;
 }
 
 /* Parses the WQE at q->sq_parsed into its swqe record. */
 static struct sn_swqe *parse_wqe(struct sn_engine *eng, struct sn_eqp *q)
 {
-	uint8_t raw[64 * 16];
-	struct sn_swqe *w = sn_swqe_at(q, q->sq_parsed);
-	struct mlx5_wqe_ctrl_seg *ctrl = (struct mlx5_wqe_ctrl_seg *)raw;
-	uint32_t w0, w1, ds, nbb, fixed, i;
-	uint8_t *seg;
-	int write_local = 0;
+    uint8_t raw[64 * 16];
+    struct sn_swqe *w = sn_swqe_at(q, q->sq_parsed);
+    struct mlx5_wqe_ctrl_seg *ctrl = (struct mlx5_wqe_ctrl_seg *)raw;
+    uint32_t w0, w1, ds, nbb, fixed, i;
+    uint8_t *seg;
+    int write_local = 0;
 
-	memset(w, 0, sizeof(*w));
-	w->bb = q->sq_parsed;
-	w->nbb = 1;
-	if (sq_read(q, q->sq_parsed, raw, 64)) {
-		w->err = MLX5_CQE_SYNDROME_LOCAL_QP_OP_ERR;
-		goto out;
-	}
-	w0 = be32toh(ctrl->opmod_idx_opcode);
-	w1 = be32toh(ctrl->qpn_ds);
-	ds = w1 & 0x3f;
-	nbb = (ds * 16 + 63) / 64;
-	w->opcode = w0 & 0xff;
-	w->wqe_idx = (w0 >> 8) & 0xffff;
-	w->fm_ce_se = ctrl->fm_ce_se;
-	w->imm = ctrl->imm;
-	if (!nbb)
-		nbb = 1;
-	w->nbb = (uint16_t)nbb;
-	if (ds < 1 || nbb > 16 || (int32_t)(q->sq_pi - (q->sq_parsed + nbb)) < 0 ||
-	    w->wqe_idx != (q->sq_parsed & 0xffff) || (w1 >> 8) != q->qpn) {
-		w->err = MLX5_CQE_SYNDROME_LOCAL_QP_OP_ERR;
-		goto out;
-	}
-	if (nbb > 1 && sq_read(q, q->sq_parsed, raw, nbb * 64)) {
-		w->err = MLX5_CQE_SYNDROME_LOCAL_QP_OP_ERR;
-		goto out;
-	}
-	seg = raw + sizeof(*ctrl);
-	switch (w->opcode) {
-	case MLX5_OPCODE_NOP:
-		fixed = 1;
-		break;
-	case MLX5_OPCODE_SEND:
-	case MLX5_OPCODE_SEND_IMM:
-	case MLX5_OPCODE_SEND_INVAL:
-		fixed = 1;
-		break;
-	case MLX5_OPCODE_RDMA_WRITE:
-	case MLX5_OPCODE_RDMA_WRITE_IMM:
-	case MLX5_OPCODE_RDMA_READ: {
-		struct mlx5_wqe_raddr_seg *r = (void *)seg;
+    memset(w, 0, sizeof(*w));
+    w->bb = q->sq_parsed;
+    w->nbb = 1;
+    if (sq_read(q, q->sq_parsed, raw, 64)) {
+        w->err = MLX5_CQE_SYNDROME_LOCAL_QP_OP_ERR;
+        goto out;
+    }
+    w0 = be32toh(ctrl->opmod_idx_opcode);
+    w1 = be32toh(ctrl->qpn_ds);
+    ds = w1 & 0x3f;
+    nbb = (ds * 16 + 63) / 64;
+    w->opcode = w0 & 0xff;
+    w->wqe_idx = (w0 >> 8) & 0xffff;
+    w->fm_ce_se = ctrl->fm_ce_se;
+    w->imm = ctrl->imm;
+    if (!nbb)
+        nbb = 1;
+    w->nbb = (uint16_t)nbb;
+    if (ds < 1 || nbb > 16 || (int32_t)(q->sq_pi - (q->sq_parsed + nbb)) < 0 ||
+        w->wqe_idx != (q->sq_parsed & 0xffff) || (w1 >> 8) != q->qpn) {
+        w->err = MLX5_CQE_SYNDROME_LOCAL_QP_OP_ERR;
+        goto out;
+    }
+    if (nbb > 1 && sq_read(q, q->sq_parsed, raw, nbb * 64)) {
+        w->err = MLX5_CQE_SYNDROME_LOCAL_QP_OP_ERR;
+        goto out;
+    }
+    seg = raw + sizeof(*ctrl);
+    switch (w->opcode) {
+    case MLX5_OPCODE_NOP:
+        fixed = 1;
+        break;
+    case MLX5_OPCODE_SEND:
+    case MLX5_OPCODE_SEND_IMM:
+    case MLX5_OPCODE_SEND_INVAL:
+        fixed = 1;
+        break;
+    case MLX5_OPCODE_RDMA_WRITE:
+    case MLX5_OPCODE_RDMA_WRITE_IMM:
+    case MLX5_OPCODE_RDMA_READ: {
+        struct mlx5_wqe_raddr_seg *r = (void *)seg;
 
-		if (q->type == SN_QPT_UC && w->opcode == MLX5_OPCODE_RDMA_READ) {
-			w->err = MLX5_CQE_SYNDROME_LOCAL_QP_OP_ERR;
-			goto out;
-		}
-		w->raddr = be64toh(r->raddr);
-		w->rkey = be32toh(r->rkey);
-		write_local = w->opcode == MLX5_OPCODE_RDMA_READ;
-		fixed = 2;
-		break;
-	}
-	case MLX5_OPCODE_ATOMIC_CS:
-	case MLX5_OPCODE_ATOMIC_FA: {
-		struct mlx5_wqe_raddr_seg *r = (void *)seg;
-		struct mlx5_wqe_atomic_seg *a = (void *)(seg + 16);
+        if (q->type == SN_QPT_UC && w->opcode == MLX5_OPCODE_RDMA_READ) {
+            w->err = MLX5_CQE_SYNDROME_LOCAL_QP_OP_ERR;
+            goto out;
+        }
+        w->raddr = be64toh(r->raddr);
+        w->rkey = be32toh(r->rkey);
+        write_local = w->opcode == MLX5_OPCODE_RDMA_READ;
+        fixed = 2;
+        break;
+    }
+    case MLX5_OPCODE_ATOMIC_CS:
+    case MLX5_OPCODE_ATOMIC_FA: {
+        struct mlx5_wqe_raddr_seg *r = (void *)seg;
+        struct mlx5_wqe_atomic_seg *a = (void *)(seg + 16);
 
-		if (q->type == SN_QPT_UC) {
-			w->err = MLX5_CQE_SYNDROME_LOCAL_QP_OP_ERR;
-			goto out;
-		}
-		w->raddr = be64toh(r->raddr);
-		w->rkey = be32toh(r->rkey);
-		w->swap_add = be64toh(a->swap_add);
-		w->compare = be64toh(a->compare);
-		write_local = 1;
-		fixed = 3;
-		break;
-	}
-	default:	/* UMR, masked atomics, TSO, ...: not emulated */
-		w->err = MLX5_CQE_SYNDROME_LOCAL_QP_OP_ERR;
-		goto out;
-	}
-	if (ds < fixed) {
-		w->err = MLX5_CQE_SYNDROME_LOCAL_QP_OP_ERR;
-		goto out;
-	}
-	/* data: gather list or one inline segment */
-	seg = raw + fixed * 16;
-	for (i = fixed; i < ds; i++, seg += 16) {
-		struct mlx5_wqe_data_seg *d = (void *)seg;
-		uint32_t bc = be32toh(d->byte_count);
+        if (q->type == SN_QPT_UC) {
+            w->err = MLX5_CQE_SYNDROME_LOCAL_QP_OP_ERR;
+            goto out;
+        }
+        w->raddr = be64toh(r->raddr);
+        w->rkey = be32toh(r->rkey);
+        w->swap_add = be64toh(a->swap_add);
+        w->compare = be64toh(a->compare);
+        write_local = 1;
+        fixed = 3;
+        break;
+    }
+    default:        /* UMR, masked atomics, TSO, ...: not emulated */
+        w->err = MLX5_CQE_SYNDROME_LOCAL_QP_OP_ERR;
+        goto out;
+    }
+    if (ds < fixed) {
+        w->err = MLX5_CQE_SYNDROME_LOCAL_QP_OP_ERR;
+        goto out;
+    }
+    /* data: gather list or one inline segment */
+    seg = raw + fixed * 16;
+    for (i = fixed; i < ds; i++, seg += 16) {
+        struct mlx5_wqe_data_seg *d = (void *)seg;
+        uint32_t bc = be32toh(d->byte_count);
 
-		if (bc & MLX5_INLINE_SEG) {
-			uint32_t n = bc & ~MLX5_INLINE_SEG;
-			uint8_t *copy = q->inl_area + (size_t)(w->bb & (q->sq_cnt - 1)) * 64;
+        if (bc & MLX5_INLINE_SEG) {
+            uint32_t n = bc & ~MLX5_INLINE_SEG;
+            uint8_t *copy = q->inl_area + (size_t)(w->bb & (q->sq_cnt - 1)) * 64;
 
-			if (w->nsge || n > (ds - i) * 16 - 4) {
-				w->err = MLX5_CQE_SYNDROME_LOCAL_QP_OP_ERR;
-				goto out;
-			}
-			memcpy(copy, seg + 4, n);
-			w->inl = 1;
-			w->nsge = 1;
-			w->sge[0].addr = (uintptr_t)copy;
-			w->sge[0].len = n;
-			w->len = n;
-			break;
-		}
-		if (w->nsge >= q->max_sge) {
-			w->err = MLX5_CQE_SYNDROME_LOCAL_QP_OP_ERR;
-			goto out;
-		}
-		w->sge[w->nsge].addr = be64toh(d->addr);
-		w->sge[w->nsge].len = bc ? bc : 0x80000000u;	/* 0 means 2 GiB */
-		w->sge[w->nsge].lkey = be32toh(d->lkey);
-		if ((w->err = check_local(eng, q, &w->sge[w->nsge], write_local)))
-			goto out;
-		w->len += w->sge[w->nsge].len;
-		w->nsge++;
-	}
-	if (w->opcode == MLX5_OPCODE_ATOMIC_CS || w->opcode == MLX5_OPCODE_ATOMIC_FA) {
-		if (w->nsge != 1 || w->sge[0].len != 8) {
-			w->err = MLX5_CQE_SYNDROME_LOCAL_LENGTH_ERR;
-			goto out;
-		}
-	}
-	if (w->len > SN_MAX_MSG)
-		w->err = MLX5_CQE_SYNDROME_LOCAL_LENGTH_ERR;
+            if (w->nsge || n > (ds - i) * 16 - 4) {
+                w->err = MLX5_CQE_SYNDROME_LOCAL_QP_OP_ERR;
+                goto out;
+            }
+            memcpy(copy, seg + 4, n);
+            w->inl = 1;
+            w->nsge = 1;
+            w->sge[0].addr = (uintptr_t)copy;
+            w->sge[0].len = n;
+            w->len = n;
+            break;
+        }
+        if (w->nsge >= q->max_sge) {
+            w->err = MLX5_CQE_SYNDROME_LOCAL_QP_OP_ERR;
+            goto out;
+        }
+        w->sge[w->nsge].addr = be64toh(d->addr);
+        w->sge[w->nsge].len = bc ? bc : 0x80000000u;    /* 0 means 2 GiB */
+        w->sge[w->nsge].lkey = be32toh(d->lkey);
+        if ((w->err = check_local(eng, q, &w->sge[w->nsge], write_local)))
+            goto out;
+        w->len += w->sge[w->nsge].len;
+        w->nsge++;
+    }
+    if (w->opcode == MLX5_OPCODE_ATOMIC_CS || w->opcode == MLX5_OPCODE_ATOMIC_FA) {
+        if (w->nsge != 1 || w->sge[0].len != 8) {
+            w->err = MLX5_CQE_SYNDROME_LOCAL_LENGTH_ERR;
+            goto out;
+        }
+    }
+    if (w->len > SN_MAX_MSG)
+        w->err = MLX5_CQE_SYNDROME_LOCAL_LENGTH_ERR;
 out:
-	if (w->opcode == MLX5_OPCODE_ATOMIC_CS || w->opcode == MLX5_OPCODE_ATOMIC_FA ||
-	    w->opcode == MLX5_OPCODE_NOP || w->err)
-		w->npsn = 1;
-	else
-		w->npsn = w->len ? (w->len + mtu_bytes(q->mtu) - 1) / mtu_bytes(q->mtu) : 1;
-	if (w->opcode == MLX5_OPCODE_NOP)
-		w->npsn = 0;
-	w->psn = q->next_psn;
-	q->next_psn = (q->next_psn + w->npsn) & PSN_MASK;
-	q->sq_parsed += w->nbb;
-	eng->n_wqes++;
-	return w;
+    if (w->opcode == MLX5_OPCODE_ATOMIC_CS || w->opcode == MLX5_OPCODE_ATOMIC_FA ||
+        w->opcode == MLX5_OPCODE_NOP || w->err)
+        w->npsn = 1;
+    else
+        w->npsn = w->len ? (w->len + mtu_bytes(q->mtu) - 1) / mtu_bytes(q->mtu) : 1;
+    if (w->opcode == MLX5_OPCODE_NOP)
+        w->npsn = 0;
+    w->psn = q->next_psn;
+    q->next_psn = (q->next_psn + w->npsn) & PSN_MASK;
+    q->sq_parsed += w->nbb;
+    eng->n_wqes++;
+    return w;
 }
 
 /* ---- gathering and scattering local data ---------------------------------------------------- */
 
 static int local_ptr(struct sn_engine *eng, struct sn_eqp *q, const struct sn_sge *s,
-		     uint8_t **p, const struct sn_mem **mem)
+                     uint8_t **p, const struct sn_mem **mem)
 {
-	static const struct sn_mem host = {0};
-	struct sn_mr *mr;
+    static const struct sn_mem host = {0};
+    struct sn_mr *mr;
 
-	(void)q;
-	mr = sn_engine_find_mr(eng, s->lkey);
-	if (!mr)
-		return -1;
-	*p = mr->addr + (s->addr - mr->iova);
-	*mem = mr->mem.gpu ? &mr->mem : &host;
-	return 0;
+    (void)q;
+    mr = sn_engine_find_mr(eng, s->lkey);
+    if (!mr)
+        return -1;
+    *p = mr->addr + (s->addr - mr->iova);
+    *mem = mr->mem.gpu ? &mr->mem : &host;
+    return 0;
 }
 
 /* Copies LEN bytes at offset OFF of the WQE's payload into DST (host memory). */
 static int gather(struct sn_engine *eng, struct sn_eqp *q, const struct sn_swqe *w, uint32_t off,
-		  uint8_t *dst, uint32_t len)
+                  uint8_t *dst, uint32_t len)
 {
-	if (w->inl) {
-		memcpy(dst, (uint8_t *)(uintptr_t)w->sge[0].addr + off, len);
-		return 0;
-	}
-	for (uint32_t i = 0; i < w->nsge && len; i++) {
-		const struct sn_sge *s = &w->sge[i];
-		const struct sn_mem *m;
-		uint8_t *p;
-		uint32_t n;
+    if (w->inl) {
+        memcpy(dst, (uint8_t *)(uintptr_t)w->sge[0].addr + off, len);
+        return 0;
+    }
+    for (uint32_t i = 0; i < w->nsge && len; i++) {
+        const struct sn_sge *s = &w->sge[i];
+        const struct sn_mem *m;
+        uint8_t *p;
+        uint32_t n;
 
-		if (off >= s->len) {
-			off -= s->len;
-			continue;
-		}
-		if (local_ptr(eng, q, s, &p, &m))
-			return -1;
-		n = s->len - off < len ? s->len - off : len;
-		if (sn_mem_read(dst, p + off, n, m))
-			return -1;
-		dst += n;
-		len -= n;
-		off = 0;
-	}
-	return 0;
+        if (off >= s->len) {
+            off -= s->len;
+            continue;
+        }
+        if (local_ptr(eng, q, s, &p, &m))
+            return -1;
+        n = s->len - off < len ? s->len - off : len;
+        if (sn_mem_read(dst, p + off, n, m))
+            return -1;
+        dst += n;
+        len -= n;
+        off = 0;
+    }
+    return 0;
 }
 
 static int scatter(struct sn_engine *eng, struct sn_eqp *q, const struct sn_swqe *w, uint32_t off,
-		   const uint8_t *src, uint32_t len)
+                   const uint8_t *src, uint32_t len)
 {
-	for (uint32_t i = 0; i < w->nsge && len; i++) {
-		const struct sn_sge *s = &w->sge[i];
-		const struct sn_mem *m;
-		uint8_t *p;
-		uint32_t n;
+    for (uint32_t i = 0; i < w->nsge && len; i++) {
+        const struct sn_sge *s = &w->sge[i];
+        const struct sn_mem *m;
+        uint8_t *p;
+        uint32_t n;
 
-		if (off >= s->len) {
-			off -= s->len;
-			continue;
-		}
-		if (local_ptr(eng, q, s, &p, &m))
-			return -1;
-		n = s->len - off < len ? s->len - off : len;
-		if (sn_mem_write(p + off, src, n, m))
-			return -1;
-		src += n;
-		len -= n;
-		off = 0;
-	}
-	return len ? -1 : 0;
+        if (off >= s->len) {
+            off -= s->len;
+            continue;
+        }
+        if (local_ptr(eng, q, s, &p, &m))
+            return -1;
+        n = s->len - off < len ? s->len - off : len;
+        if (sn_mem_write(p + off, src, n, m))
+            return -1;
+        src += n;
+        len -= n;
+        off = 0;
+    }
+    return len ? -1 : 0;
 }
 
 /* ---- completion --------------------------------------------------------------------------------- */
 
 static void to_error(struct sn_engine *eng, struct sn_eqp *q)
 {
-	sn_eqp_to_error(eng, q);
+    sn_eqp_to_error(eng, q);
 }
 
 /* Completes the oldest outstanding WQE (success or SYNDROME). */
 static void complete_oldest(struct sn_engine *eng, struct sn_eqp *q, uint8_t syndrome)
 {
-	struct sn_swqe *w = sn_swqe_at(q, q->sq_acked);
+    struct sn_swqe *w = sn_swqe_at(q, q->sq_acked);
 
-	if (!syndrome)
-		syndrome = w->err;
-	if (syndrome || (w->fm_ce_se & MLX5_WQE_CTRL_CQ_UPDATE))
-		sn_cqe_req(eng, q, w, syndrome);
-	q->sq_acked += w->nbb;
-	q->retries = 0;
-	q->rnr_retries = 0;
-	q->progress_ns = eng->now_ns;
-	if (syndrome)
-		to_error(eng, q);
+    if (!syndrome)
+        syndrome = w->err;
+    if (syndrome || (w->fm_ce_se & MLX5_WQE_CTRL_CQ_UPDATE))
+        sn_cqe_req(eng, q, w, syndrome);
+    q->sq_acked += w->nbb;
+    q->retries = 0;
+    q->rnr_retries = 0;
+    q->progress_ns = eng->now_ns;
+    if (syndrome)
+        to_error(eng, q);
 }
 
 /* An error on the WQE at the head: complete it with SYNDROME, then the QP is in error and
  * everything after it is flushed. */
 static void fail_oldest(struct sn_engine *eng, struct sn_eqp *q, uint8_t syndrome)
 {
-	complete_oldest(eng, q, syndrome);
+    complete_oldest(eng, q, syndrome);
 }
 
 /* Completes WQEs whose PSNs are all at or before PSN (RC acknowledgement). */
 static void ack_upto(struct sn_engine *eng, struct sn_eqp *q, uint32_t psn)
 {
-	/* WQEs before sq_tx were transmitted completely */
-	while (q->sq_acked != q->sq_tx && q->state == IBV_QPS_RTS) {
-		struct sn_swqe *w = sn_swqe_at(q, q->sq_acked);
+    /* WQEs before sq_tx were transmitted completely */
+    while (q->sq_acked != q->sq_tx && q->state == IBV_QPS_RTS) {
+        struct sn_swqe *w = sn_swqe_at(q, q->sq_acked);
 
-		if (w->npsn && psn_diff(psn, (w->psn + w->npsn - 1) & PSN_MASK) < 0)
-			break;
-		if (w->opcode == MLX5_OPCODE_RDMA_READ || w->opcode == MLX5_OPCODE_ATOMIC_CS ||
-		    w->opcode == MLX5_OPCODE_ATOMIC_FA)
-			if (!w->acked)
-				break;	/* its response has not arrived */
-		complete_oldest(eng, q, 0);
-	}
+        if (w->npsn && psn_diff(psn, (w->psn + w->npsn - 1) & PSN_MASK) < 0)
+            break;
+        if (w->opcode == MLX5_OPCODE_RDMA_READ || w->opcode == MLX5_OPCODE_ATOMIC_CS ||
+            w->opcode == MLX5_OPCODE_ATOMIC_FA)
+            if (!w->acked)
+                break;  /* its response has not arrived */
+        complete_oldest(eng, q, 0);
+    }
 }
 
 /* Goes back to the first unacknowledged WQE at or after PSN (go-back-N). */
 static void rewind_to(struct sn_eqp *q, uint32_t psn)
 {
-	uint32_t bb = q->sq_acked;
+    uint32_t bb = q->sq_acked;
 
-	while (bb != q->sq_tx) {
-		struct sn_swqe *w = sn_swqe_at(q, bb);
+    while (bb != q->sq_tx) {
+        struct sn_swqe *w = sn_swqe_at(q, bb);
 
-		if (psn_diff(psn, (w->psn + w->npsn - 1) & PSN_MASK) <= 0)
-			break;
-		bb += w->nbb;
-	}
-	if (bb == q->sq_tx && q->tx_off == 0)
-		return;
-	q->sq_tx = bb;
-	q->tx_off = 0;
-	for (uint32_t b = bb; b != q->sq_parsed; b += sn_swqe_at(q, b)->nbb)
-		sn_swqe_at(q, b)->got = 0;
+        if (psn_diff(psn, (w->psn + w->npsn - 1) & PSN_MASK) <= 0)
+            break;
+        bb += w->nbb;
+    }
+    if (bb == q->sq_tx && q->tx_off == 0)
+        return;
+    q->sq_tx = bb;
+    q->tx_off = 0;
+    for (uint32_t b = bb; b != q->sq_parsed; b += sn_swqe_at(q, b)->nbb)
+        sn_swqe_at(q, b)->got = 0;
 }
 
 static struct sn_swqe *find_by_psn(struct sn_eqp *q, uint32_t psn)
 {
-	for (uint32_t bb = q->sq_acked; bb != q->sq_tx; bb += sn_swqe_at(q, bb)->nbb) {
-		struct sn_swqe *w = sn_swqe_at(q, bb);
+    for (uint32_t bb = q->sq_acked; bb != q->sq_tx; bb += sn_swqe_at(q, bb)->nbb) {
+        struct sn_swqe *w = sn_swqe_at(q, bb);
 
-		if (w->psn == psn)
-			return w;
-	}
-	return NULL;
+        if (w->psn == psn)
+            return w;
+    }
+    return NULL;
 }
 
 static uint8_t nak_syndrome(uint8_t nak)
 {
-	switch (nak) {
-	case SN_NAK_INV_REQ:
-		return MLX5_CQE_SYNDROME_REMOTE_INVAL_REQ_ERR;
-	case SN_NAK_ACCESS:
-		return MLX5_CQE_SYNDROME_REMOTE_ACCESS_ERR;
-	default:
-		return MLX5_CQE_SYNDROME_REMOTE_OP_ERR;
-	}
+    switch (nak) {
+    case SN_NAK_INV_REQ:
+        return MLX5_CQE_SYNDROME_REMOTE_INVAL_REQ_ERR;
+    case SN_NAK_ACCESS:
+        return MLX5_CQE_SYNDROME_REMOTE_ACCESS_ERR;
+    default:
+        return MLX5_CQE_SYNDROME_REMOTE_OP_ERR;
+    }
 }
 
 int sn_req_handle_resp(struct sn_engine *eng, struct sn_peer *p, const struct sn_msg *m)
 {
-	struct sn_eqp *q = sn_engine_find_qp(eng, m->dst_qpn);
-	struct sn_swqe *w;
+    struct sn_eqp *q = sn_engine_find_qp(eng, m->dst_qpn);
+    struct sn_swqe *w;
 
-	if (!q || q->type != SN_QPT_RC || q->state != IBV_QPS_RTS || q->peer != p ||
-	    q->dest_qpn != m->src_qpn)
-		return 0;	/* stale (QP reset or destroyed): dropped as hardware would */
-	switch (m->type) {
-	case SN_MSG_ACK:
-		ack_upto(eng, q, m->psn);
-		break;
-	case SN_MSG_READ_RESP:
-		w = find_by_psn(q, m->psn);
-		if (!w || w->opcode != MLX5_OPCODE_RDMA_READ || w->acked || m->offset != w->got)
-			break;	/* duplicate or unexpected response */
-		if (m->len && scatter(eng, q, w, m->offset, (const uint8_t *)(m + 1), m->len)) {
-			ack_upto(eng, q, (m->psn - 1) & PSN_MASK);
-			if (sn_swqe_at(q, q->sq_acked) == w)
-				fail_oldest(eng, q, MLX5_CQE_SYNDROME_LOCAL_PROT_ERR);
-			break;
-		}
-		w->got += m->len;
-		if (m->flags & SN_LAST) {
-			w->acked = 1;
-			ack_upto(eng, q, (w->psn + w->npsn - 1) & PSN_MASK);
-		}
-		q->progress_ns = eng->now_ns;
-		break;
-	case SN_MSG_ATOMIC_RESP:
-		w = find_by_psn(q, m->psn);
-		if (!w || w->acked ||
-		    (w->opcode != MLX5_OPCODE_ATOMIC_CS && w->opcode != MLX5_OPCODE_ATOMIC_FA))
-			break;
-		w->orig = m->arg0;
-		if (scatter(eng, q, w, 0, (const uint8_t *)&w->orig, 8)) {
-			ack_upto(eng, q, (m->psn - 1) & PSN_MASK);
-			if (sn_swqe_at(q, q->sq_acked) == w)
-				fail_oldest(eng, q, MLX5_CQE_SYNDROME_LOCAL_PROT_ERR);
-			break;
-		}
-		w->acked = 1;
-		ack_upto(eng, q, m->psn);
-		break;
-	case SN_MSG_NAK:
-		/* everything before the refused PSN was executed */
-		ack_upto(eng, q, (m->psn - 1) & PSN_MASK);
-		if (m->syndrome == SN_NAK_RNR || m->syndrome == SN_NAK_SEQ) {
-			w = find_by_psn(q, m->psn);
-			if (m->syndrome == SN_NAK_RNR) {
-				if (q->rnr_retry != 7 && ++q->rnr_retries > q->rnr_retry) {
-					if (w && sn_swqe_at(q, q->sq_acked) == w)
-						fail_oldest(eng, q,
-							    MLX5_CQE_SYNDROME_RNR_RETRY_EXC_ERR);
-					break;
-				}
-				q->rnr_until_ns = eng->now_ns + rnr_timer_ns(m->arg0 & 31);
-			} else if (++q->retries > q->retry_cnt) {
-				fail_oldest(eng, q, MLX5_CQE_SYNDROME_TRANSPORT_RETRY_EXC_ERR);
-				break;
-			}
-			rewind_to(q, m->psn);
-			q->progress_ns = eng->now_ns;
-			break;
-		}
-		w = find_by_psn(q, m->psn);
-		if (w && sn_swqe_at(q, q->sq_acked) == w)
-			fail_oldest(eng, q, nak_syndrome(m->syndrome));
-		break;
-	}
-	return 1;
+    if (!q || q->type != SN_QPT_RC || q->state != IBV_QPS_RTS || q->peer != p ||
+        q->dest_qpn != m->src_qpn)
+        return 0;       /* stale (QP reset or destroyed): dropped as hardware would */
+    switch (m->type) {
+    case SN_MSG_ACK:
+        ack_upto(eng, q, m->psn);
+        break;
+    case SN_MSG_READ_RESP:
+        w = find_by_psn(q, m->psn);
+        if (!w || w->opcode != MLX5_OPCODE_RDMA_READ || w->acked || m->offset != w->got)
+            break;  /* duplicate or unexpected response */
+        if (m->len && scatter(eng, q, w, m->offset, (const uint8_t *)(m + 1), m->len)) {
+            ack_upto(eng, q, (m->psn - 1) & PSN_MASK);
+            if (sn_swqe_at(q, q->sq_acked) == w)
+                fail_oldest(eng, q, MLX5_CQE_SYNDROME_LOCAL_PROT_ERR);
+            break;
+        }
+        w->got += m->len;
+        if (m->flags & SN_LAST) {
+            w->acked = 1;
+            ack_upto(eng, q, (w->psn + w->npsn - 1) & PSN_MASK);
+        }
+        q->progress_ns = eng->now_ns;
+        break;
+    case SN_MSG_ATOMIC_RESP:
+        w = find_by_psn(q, m->psn);
+        if (!w || w->acked ||
+            (w->opcode != MLX5_OPCODE_ATOMIC_CS && w->opcode != MLX5_OPCODE_ATOMIC_FA))
+            break;
+        w->orig = m->arg0;
+        if (scatter(eng, q, w, 0, (const uint8_t *)&w->orig, 8)) {
+            ack_upto(eng, q, (m->psn - 1) & PSN_MASK);
+            if (sn_swqe_at(q, q->sq_acked) == w)
+                fail_oldest(eng, q, MLX5_CQE_SYNDROME_LOCAL_PROT_ERR);
+            break;
+        }
+        w->acked = 1;
+        ack_upto(eng, q, m->psn);
+        break;
+    case SN_MSG_NAK:
+        /* everything before the refused PSN was executed */
+        ack_upto(eng, q, (m->psn - 1) & PSN_MASK);
+        if (m->syndrome == SN_NAK_RNR || m->syndrome == SN_NAK_SEQ) {
+            w = find_by_psn(q, m->psn);
+            if (m->syndrome == SN_NAK_RNR) {
+                if (q->rnr_retry != 7 && ++q->rnr_retries > q->rnr_retry) {
+                    if (w && sn_swqe_at(q, q->sq_acked) == w)
+                        fail_oldest(eng, q,
+                                    MLX5_CQE_SYNDROME_RNR_RETRY_EXC_ERR);
+                    break;
+                }
+                q->rnr_until_ns = eng->now_ns + rnr_timer_ns(m->arg0 & 31);
+            } else if (++q->retries > q->retry_cnt) {
+                fail_oldest(eng, q, MLX5_CQE_SYNDROME_TRANSPORT_RETRY_EXC_ERR);
+                break;
+            }
+            rewind_to(q, m->psn);
+            q->progress_ns = eng->now_ns;
+            break;
+        }
+        w = find_by_psn(q, m->psn);
+        if (w && sn_swqe_at(q, q->sq_acked) == w)
+            fail_oldest(eng, q, nak_syndrome(m->syndrome));
+        break;
+    }
+    return 1;
 }
 
 /* ---- transmitting ------------------------------------------------------------------------------- */
 
 static void fill_hdr(struct sn_engine *eng, struct sn_eqp *q, const struct sn_swqe *w,
-		     struct sn_msg *m, uint8_t type)
+                     struct sn_msg *m, uint8_t type)
 {
-	m->type = type;
-	m->flags = 0;
-	m->opcode = w->opcode;
-	m->syndrome = 0;
-	m->len = 0;
-	m->src_qpn = q->qpn;
-	m->dst_qpn = q->dest_qpn;
-	m->psn = w->psn;
-	m->imm = w->imm;
-	m->rkey = w->rkey;
-	m->total = w->len;
-	m->raddr = w->raddr;
-	m->offset = 0;
-	m->src_lid = eng->lid;
-	m->pad = 0;
-	m->arg0 = w->swap_add;
-	/* atomics: the compare operand; others: the PSNs the message uses (the requester's
-	 * path MTU decides, as packetisation does on the wire) */
-	m->arg1 = type == SN_MSG_ATOMIC ? w->compare : w->npsn;
+    m->type = type;
+    m->flags = 0;
+    m->opcode = w->opcode;
+    m->syndrome = 0;
+    m->len = 0;
+    m->src_qpn = q->qpn;
+    m->dst_qpn = q->dest_qpn;
+    m->psn = w->psn;
+    m->imm = w->imm;
+    m->rkey = w->rkey;
+    m->total = w->len;
+    m->raddr = w->raddr;
+    m->offset = 0;
+    m->src_lid = eng->lid;
+    m->pad = 0;
+    m->arg0 = w->swap_add;
+    /* atomics: the compare operand; others: the PSNs the message uses (the requester's
+     * path MTU decides, as packetisation does on the wire) */
+    m->arg1 = type == SN_MSG_ATOMIC ? w->compare : w->npsn;
 }
 
 /* Transmits (the rest of) W; returns 1 when all of it went out, 0 when the ring is full. */
 static int tx_wqe(struct sn_engine *eng, struct sn_eqp *q, struct sn_swqe *w)
 {
-	struct sn_peer *p = q->peer;
-	struct sn_msg *m;
+    struct sn_peer *p = q->peer;
+    struct sn_msg *m;
 
-	switch (w->opcode) {
-	case MLX5_OPCODE_SEND:
-	case MLX5_OPCODE_SEND_IMM:
-	case MLX5_OPCODE_SEND_INVAL:
-	case MLX5_OPCODE_RDMA_WRITE:
-	case MLX5_OPCODE_RDMA_WRITE_IMM: {
-		uint8_t type = (w->opcode == MLX5_OPCODE_RDMA_WRITE ||
-				w->opcode == MLX5_OPCODE_RDMA_WRITE_IMM) ? SN_MSG_WRITE : SN_MSG_SEND;
+    switch (w->opcode) {
+    case MLX5_OPCODE_SEND:
+    case MLX5_OPCODE_SEND_IMM:
+    case MLX5_OPCODE_SEND_INVAL:
+    case MLX5_OPCODE_RDMA_WRITE:
+    case MLX5_OPCODE_RDMA_WRITE_IMM: {
+        uint8_t type = (w->opcode == MLX5_OPCODE_RDMA_WRITE ||
+                        w->opcode == MLX5_OPCODE_RDMA_WRITE_IMM) ? SN_MSG_WRITE : SN_MSG_SEND;
 
-		do {
-			uint32_t n = w->len - q->tx_off;
+        do {
+            uint32_t n = w->len - q->tx_off;
 
-			if (n > SN_FRAG_MAX)
-				n = SN_FRAG_MAX;
-			m = sn_ring_reserve(&p->req, n);
-			if (!m)
-				return 0;
-			fill_hdr(eng, q, w, m, type);
-			m->len = n;
-			m->offset = q->tx_off;
-			if (q->tx_off == 0)
-				m->flags |= SN_FIRST;
-			if (q->tx_off + n == w->len)
-				m->flags |= SN_LAST;
-			if (n && gather(eng, q, w, q->tx_off, (uint8_t *)(m + 1), n)) {
-				/* memory vanished under a posted WQE: send nothing more */
-				m->type = SN_MSG_PAD;
-				m->len = (n + 63u) & ~63u;
-				w->err = MLX5_CQE_SYNDROME_LOCAL_PROT_ERR;
-				p->req_dirty = 1;
-				return 1;
-			}
-			q->tx_off += n;
-			p->req_dirty = 1;
-			eng->n_msgs_tx++;
-		} while (q->tx_off < w->len);
-		return 1;
-	}
-	case MLX5_OPCODE_RDMA_READ:
-		m = sn_ring_reserve(&p->req, 0);
-		if (!m)
-			return 0;
-		fill_hdr(eng, q, w, m, SN_MSG_READ);
-		m->flags = SN_FIRST | SN_LAST;
-		p->req_dirty = 1;
-		eng->n_msgs_tx++;
-		return 1;
-	case MLX5_OPCODE_ATOMIC_CS:
-	case MLX5_OPCODE_ATOMIC_FA:
-		m = sn_ring_reserve(&p->req, 0);
-		if (!m)
-			return 0;
-		fill_hdr(eng, q, w, m, SN_MSG_ATOMIC);
-		m->flags = SN_FIRST | SN_LAST;
-		p->req_dirty = 1;
-		eng->n_msgs_tx++;
-		return 1;
-	}
-	return 1;
+            if (n > SN_FRAG_MAX)
+                n = SN_FRAG_MAX;
+            m = sn_ring_reserve(&p->req, n);
+            if (!m)
+                return 0;
+            fill_hdr(eng, q, w, m, type);
+            m->len = n;
+            m->offset = q->tx_off;
+            if (q->tx_off == 0)
+                m->flags |= SN_FIRST;
+            if (q->tx_off + n == w->len)
+                m->flags |= SN_LAST;
+            if (n && gather(eng, q, w, q->tx_off, (uint8_t *)(m + 1), n)) {
+                /* memory vanished under a posted WQE: send nothing more */
+                m->type = SN_MSG_PAD;
+                m->len = (n + 63u) & ~63u;
+                w->err = MLX5_CQE_SYNDROME_LOCAL_PROT_ERR;
+                p->req_dirty = 1;
+                return 1;
+            }
+            q->tx_off += n;
+            p->req_dirty = 1;
+            eng->n_msgs_tx++;
+        } while (q->tx_off < w->len);
+        return 1;
+    }
+    case MLX5_OPCODE_RDMA_READ:
+        m = sn_ring_reserve(&p->req, 0);
+        if (!m)
+            return 0;
+        fill_hdr(eng, q, w, m, SN_MSG_READ);
+        m->flags = SN_FIRST | SN_LAST;
+        p->req_dirty = 1;
+        eng->n_msgs_tx++;
+        return 1;
+    case MLX5_OPCODE_ATOMIC_CS:
+    case MLX5_OPCODE_ATOMIC_FA:
+        m = sn_ring_reserve(&p->req, 0);
+        if (!m)
+            return 0;
+        fill_hdr(eng, q, w, m, SN_MSG_ATOMIC);
+        m->flags = SN_FIRST | SN_LAST;
+        p->req_dirty = 1;
+        eng->n_msgs_tx++;
+        return 1;
+    }
+    return 1;
 }
 
 /* Sends what was posted on Q, as far as the peer's ring takes it. */
 static int progress_qp(struct sn_engine *eng, struct sn_eqp *q)
 {
-	int work = 0;
+    int work = 0;
 
-	if (q->state == IBV_QPS_ERR) {
-		sn_flush_qp(eng, q);
-		return 0;
-	}
-	if (q->state != IBV_QPS_RTS || !q->peer)
-		return 0;	/* SQD/SQE/RTR: posted WQEs wait; hardware would too */
-	if (q->rnr_until_ns) {
-		if (eng->now_ns < q->rnr_until_ns)
-			return 0;
-		q->rnr_until_ns = 0;
-	}
-	while (q->sq_tx != q->sq_pi) {
-		struct sn_swqe *w;
+    if (q->state == IBV_QPS_ERR) {
+        sn_flush_qp(eng, q);
+        return 0;
+    }
+    if (q->state != IBV_QPS_RTS || !q->peer)
+        return 0;       /* SQD/SQE/RTR: posted WQEs wait; hardware would too */
+    if (q->rnr_until_ns) {
+        if (eng->now_ns < q->rnr_until_ns)
+            return 0;
+        q->rnr_until_ns = 0;
+    }
+    while (q->sq_tx != q->sq_pi) {
+        struct sn_swqe *w;
 
-		if (q->sq_tx == q->sq_parsed) {
-			if (q->sq_tx - q->sq_acked >= q->sq_cnt)
-				break;
-			w = parse_wqe(eng, q);
-		} else {
-			w = sn_swqe_at(q, q->sq_tx);
-		}
-		if (w->err) {
-			/* a local error: everything before it completes first (UC at once,
-			 * RC once acknowledged); it completes in error and the QP goes to ERR */
-			if (q->sq_acked != q->sq_tx)
-				break;
-			q->sq_tx += w->nbb;
-			q->tx_off = 0;
-			fail_oldest(eng, q, w->err);
-			return work + 1;
-		}
-		if (w->opcode != MLX5_OPCODE_NOP && !tx_wqe(eng, q, w))
-			break;
-		if (w->err) {	/* failed while gathering: completes in error in its turn */
-			q->sq_tx += w->nbb;
-			q->tx_off = 0;
-			if (q->sq_acked + w->nbb == q->sq_tx)
-				fail_oldest(eng, q, w->err);
-			return work + 1;
-		}
-		q->progress_ns = eng->now_ns;
-		q->sq_tx += w->nbb;
-		q->tx_off = 0;
-		work++;
-		if (q->type == SN_QPT_UC || w->opcode == MLX5_OPCODE_NOP) {
-			/* UC: handed to the wire is done; a NOP has nothing to send */
-			while (q->sq_acked != q->sq_tx) {
-				struct sn_swqe *o = sn_swqe_at(q, q->sq_acked);
+        if (q->sq_tx == q->sq_parsed) {
+            if (q->sq_tx - q->sq_acked >= q->sq_cnt)
+                break;
+            w = parse_wqe(eng, q);
+        } else {
+            w = sn_swqe_at(q, q->sq_tx);
+        }
+        if (w->err) {
+            /* a local error: everything before it completes first (UC at once,
+             * RC once acknowledged); it completes in error and the QP goes to ERR */
+            if (q->sq_acked != q->sq_tx)
+                break;
+            q->sq_tx += w->nbb;
+            q->tx_off = 0;
+            fail_oldest(eng, q, w->err);
+            return work + 1;
+        }
+        if (w->opcode != MLX5_OPCODE_NOP && !tx_wqe(eng, q, w))
+            break;
+        if (w->err) {   /* failed while gathering: completes in error in its turn */
+            q->sq_tx += w->nbb;
+            q->tx_off = 0;
+            if (q->sq_acked + w->nbb == q->sq_tx)
+                fail_oldest(eng, q, w->err);
+            return work + 1;
+        }
+        q->progress_ns = eng->now_ns;
+        q->sq_tx += w->nbb;
+        q->tx_off = 0;
+        work++;
+        if (q->type == SN_QPT_UC || w->opcode == MLX5_OPCODE_NOP) {
+            /* UC: handed to the wire is done; a NOP has nothing to send */
+            while (q->sq_acked != q->sq_tx) {
+                struct sn_swqe *o = sn_swqe_at(q, q->sq_acked);
 
-				if (o->opcode != MLX5_OPCODE_NOP && q->type != SN_QPT_UC)
-					break;
-				complete_oldest(eng, q, 0);
-			}
-		}
-		if (work >= 128)
-			break;	/* let other QPs and the inbox have their turn */
-	}
-	return work;
+                if (o->opcode != MLX5_OPCODE_NOP && q->type != SN_QPT_UC)
+                    break;
+                complete_oldest(eng, q, 0);
+            }
+        }
+        if (work >= 128)
+            break;  /* let other QPs and the inbox have their turn */
+    }
+    return work;
 }
 
 int sn_req_progress(struct sn_engine *eng)
 {
-	int work = 0;
+    int work = 0;
 
-	for (struct sn_eqp *q = eng->qps; q; q = q->next)
-		if (q->sq_tx != q->sq_pi || q->state == IBV_QPS_ERR)
-			work += progress_qp(eng, q);
-	return work;
+    for (struct sn_eqp *q = eng->qps; q; q = q->next)
+        if (q->sq_tx != q->sq_pi || q->state == IBV_QPS_ERR)
+            work += progress_qp(eng, q);
+    return work;
 }
 
 /* ---- timers: retransmission and dead peers -------------------------------------------------------- */
 
 int sn_req_timers(struct sn_engine *eng)
 {
-	int work = 0;
+    int work = 0;
 
-	for (struct sn_eqp *q = eng->qps; q; q = q->next) {
-		struct sn_peer *p = q->peer;
-		int outstanding, blocked;
-		uint64_t to, idle;
+    for (struct sn_eqp *q = eng->qps; q; q = q->next) {
+        struct sn_peer *p = q->peer;
+        int outstanding, blocked;
+        uint64_t to, idle;
 
-		if (q->state != IBV_QPS_RTS || !p || q->rnr_until_ns)
-			continue;
-		outstanding = q->type == SN_QPT_RC && q->sq_acked != q->sq_tx;
-		blocked = q->sq_tx != q->sq_pi;		/* the peer's ring is full */
-		if (!outstanding && !blocked)
-			continue;
-		to = q->type == SN_QPT_RC ? ack_timeout_ns(q->timeout) : 0;
-		idle = eng->now_ns - q->progress_ns;
-		if ((idle > 100000000ull || (to && idle > to)) &&
-		    eng->now_ns - p->checked_ns > 50000000ull) {
-			p->checked_ns = eng->now_ns;
-			if (!p->dead && !sn_owner_alive(&p->owner))
-				p->dead = 1;
-		}
-		if (p->dead) {
-			/* no one will answer: fail as timeout and retries would, at the latest
-			 * after a second when the timeout is "infinite" (or for UC) */
-			uint64_t limit = to ? to * (q->retry_cnt + 1u) : 1000000000ull;
+        if (q->state != IBV_QPS_RTS || !p || q->rnr_until_ns)
+            continue;
+        outstanding = q->type == SN_QPT_RC && q->sq_acked != q->sq_tx;
+        blocked = q->sq_tx != q->sq_pi;         /* the peer's ring is full */
+        if (!outstanding && !blocked)
+            continue;
+        to = q->type == SN_QPT_RC ? ack_timeout_ns(q->timeout) : 0;
+        idle = eng->now_ns - q->progress_ns;
+        if ((idle > 100000000ull || (to && idle > to)) &&
+            eng->now_ns - p->checked_ns > 50000000ull) {
+            p->checked_ns = eng->now_ns;
+            if (!p->dead && !sn_owner_alive(&p->owner))
+                p->dead = 1;
+        }
+        if (p->dead) {
+            /* no one will answer: fail as timeout and retries would, at the latest
+             * after a second when the timeout is "infinite" (or for UC) */
+            uint64_t limit = to ? to * (q->retry_cnt + 1u) : 1000000000ull;
 
-			if (idle < limit)
-				continue;
-		} else {
-			uint64_t unread;
+            if (idle < limit)
+                continue;
+        } else {
+            uint64_t unread;
 
-			if (!outstanding || !to || idle < to)
-				continue;	/* a slow peer, or no timeout */
-			/* the peer has not yet read all we sent: slow, not lossy; give it
-			 * eight timeouts before counting a retry */
-			unread = atomic_load_explicit(&p->req.ctl->head, memory_order_relaxed) -
-				 atomic_load_explicit(&p->req.ctl->tail, memory_order_relaxed);
-			if (unread && idle < 8 * to)
-				continue;
-			if (++q->retries <= q->retry_cnt) {
-				rewind_to(q, sn_swqe_at(q, q->sq_acked)->psn);
-				q->progress_ns = eng->now_ns;
-				work++;
-				continue;
-			}
-		}
-		if (q->sq_acked == q->sq_tx) {
-			/* the head WQE never left (the ring toward a dead peer is full) */
-			if (q->sq_tx == q->sq_parsed)
-				parse_wqe(eng, q);
-			q->sq_tx += sn_swqe_at(q, q->sq_tx)->nbb;
-			q->tx_off = 0;
-		}
-		fail_oldest(eng, q, MLX5_CQE_SYNDROME_TRANSPORT_RETRY_EXC_ERR);
-		work++;
-	}
-	return work;
+            if (!outstanding || !to || idle < to)
+                continue;       /* a slow peer, or no timeout */
+            /* the peer has not yet read all we sent: slow, not lossy; give it
+             * eight timeouts before counting a retry */
+            unread = atomic_load_explicit(&p->req.ctl->head, memory_order_relaxed) -
+                     atomic_load_explicit(&p->req.ctl->tail, memory_order_relaxed);
+            if (unread && idle < 8 * to)
+                continue;
+            if (++q->retries <= q->retry_cnt) {
+                rewind_to(q, sn_swqe_at(q, q->sq_acked)->psn);
+                q->progress_ns = eng->now_ns;
+                work++;
+                continue;
+            }
+        }
+        if (q->sq_acked == q->sq_tx) {
+            /* the head WQE never left (the ring toward a dead peer is full) */
+            if (q->sq_tx == q->sq_parsed)
+                parse_wqe(eng, q);
+            q->sq_tx += sn_swqe_at(q, q->sq_tx)->nbb;
+            q->tx_off = 0;
+        }
+        fail_oldest(eng, q, MLX5_CQE_SYNDROME_TRANSPORT_RETRY_EXC_ERR);
+        work++;
+    }
+    return work;
 }
 
 /* ---- flushing in the error state ------------------------------------------------------------------ */
 
 void sn_flush_qp(struct sn_engine *eng, struct sn_eqp *q)
 {
-	/* send queue: every posted WQE completes with WR_FLUSH_ERR */
-	while (q->sq_acked != q->sq_pi) {
-		struct sn_swqe *w;
+    /* send queue: every posted WQE completes with WR_FLUSH_ERR */
+    while (q->sq_acked != q->sq_pi) {
+        struct sn_swqe *w;
 
-		if (q->sq_acked == q->sq_parsed) {
-			w = parse_wqe(eng, q);
-			w->err = 0;
-		}
-		w = sn_swqe_at(q, q->sq_acked);
-		sn_cqe_req(eng, q, w, MLX5_CQE_SYNDROME_WR_FLUSH_ERR);
-		q->sq_acked += w->nbb;
-	}
-	q->sq_tx = q->sq_parsed = q->sq_acked;
-	q->tx_off = 0;
-	/* receive queue (not a shared one): every posted receive is flushed */
-	if (!q->srq && q->rq_cnt && q->dbrec) {
-		uint32_t posted;
-		__be32 v;
+        if (q->sq_acked == q->sq_parsed) {
+            w = parse_wqe(eng, q);
+            w->err = 0;
+        }
+        w = sn_swqe_at(q, q->sq_acked);
+        sn_cqe_req(eng, q, w, MLX5_CQE_SYNDROME_WR_FLUSH_ERR);
+        q->sq_acked += w->nbb;
+    }
+    q->sq_tx = q->sq_parsed = q->sq_acked;
+    q->tx_off = 0;
+    /* receive queue (not a shared one): every posted receive is flushed */
+    if (!q->srq && q->rq_cnt && q->dbrec) {
+        uint32_t posted;
+        __be32 v;
 
-		if (sn_mem_read(&v, &q->dbrec[SN_RCV_DBR], 4, &q->dbm))
-			return;
-		posted = be32toh(v) & 0xffff;
-		while ((uint16_t)(posted - q->rq_ci)) {
-			sn_cqe_resp(eng, q, 0, 0, 0, (uint16_t)q->rq_ci,
-				    MLX5_CQE_SYNDROME_WR_FLUSH_ERR, 0, 0);
-			q->rq_ci++;
-		}
-	}
+        if (sn_mem_read(&v, &q->dbrec[SN_RCV_DBR], 4, &q->dbm))
+            return;
+        posted = be32toh(v) & 0xffff;
+        while ((uint16_t)(posted - q->rq_ci)) {
+            sn_cqe_resp(eng, q, 0, 0, 0, (uint16_t)q->rq_ci,
+                        MLX5_CQE_SYNDROME_WR_FLUSH_ERR, 0, 0);
+            q->rq_ci++;
+        }
+    }
 }

@@ -12,27 +12,27 @@
 #include "sn_export.h"
 
 #define STUB_PTR(name)                   \
-	SN_EXPORT void *name(void)        \
-	{                                 \
-		errno = EOPNOTSUPP;       \
-		return NULL;              \
-	}
+    SN_EXPORT void *name(void)           \
+    {                                    \
+        errno = EOPNOTSUPP;              \
+        return NULL;                     \
+    }
 #define STUB_INT(name)                   \
-	SN_EXPORT int name(void)          \
-	{                                 \
-		errno = EOPNOTSUPP;       \
-		return EOPNOTSUPP;        \
-	}
+    SN_EXPORT int name(void)             \
+    {                                    \
+        errno = EOPNOTSUPP;              \
+        return EOPNOTSUPP;               \
+    }
 #define STUB_MINUS1(name)                \
-	SN_EXPORT long name(void)         \
-	{                                 \
-		errno = EOPNOTSUPP;       \
-		return -1;                \
-	}
+    SN_EXPORT long name(void)            \
+    {                                    \
+        errno = EOPNOTSUPP;              \
+        return -1;                       \
+    }
 #define STUB_VOID(name)                  \
-	SN_EXPORT void name(void)         \
-	{                                 \
-	}
+    SN_EXPORT void name(void)            \
+    {                                    \
+    }
 
 STUB_INT(_mlx5dv_mkey_check)
 STUB_PTR(mlx5dv_alloc_dm)

@@ -8,196 +8,196 @@
 
 struct ibv_pd *sn_alloc_pd(struct ibv_context *c)
 {
-	struct sn_context *ctx = to_sctx(c);
-	struct sn_pd *pd = calloc(1, sizeof(*pd));
+    struct sn_context *ctx = to_sctx(c);
+    struct sn_pd *pd = calloc(1, sizeof(*pd));
 
-	if (!pd) {
-		errno = ENOMEM;
-		return NULL;
-	}
-	pd->ibpd.context = c;
-	pthread_mutex_lock(&ctx->eng->lock);
-	pd->pdn = ctx->eng->next_pdn++;
-	pthread_mutex_unlock(&ctx->eng->lock);
-	pd->ibpd.handle = pd->pdn;
-	return &pd->ibpd;
+    if (!pd) {
+        errno = ENOMEM;
+        return NULL;
+    }
+    pd->ibpd.context = c;
+    pthread_mutex_lock(&ctx->eng->lock);
+    pd->pdn = ctx->eng->next_pdn++;
+    pthread_mutex_unlock(&ctx->eng->lock);
+    pd->ibpd.handle = pd->pdn;
+    return &pd->ibpd;
 }
 
 int sn_dealloc_pd(struct ibv_pd *ibpd)
 {
-	struct sn_pd *pd = (struct sn_pd *)ibpd;
+    struct sn_pd *pd = (struct sn_pd *)ibpd;
 
-	if (atomic_load(&pd->refs))
-		return EBUSY;
-	free(pd);
-	return 0;
+    if (atomic_load(&pd->refs))
+        return EBUSY;
+    free(pd);
+    return 0;
 }
 
 #define KNOWN_ACCESS (IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ | \
-		      IBV_ACCESS_REMOTE_ATOMIC | IBV_ACCESS_MW_BIND | IBV_ACCESS_ZERO_BASED |      \
-		      IBV_ACCESS_ON_DEMAND | IBV_ACCESS_HUGETLB | IBV_ACCESS_RELAXED_ORDERING)
+                      IBV_ACCESS_REMOTE_ATOMIC | IBV_ACCESS_MW_BIND | IBV_ACCESS_ZERO_BASED |     \
+                      IBV_ACCESS_ON_DEMAND | IBV_ACCESS_HUGETLB | IBV_ACCESS_RELAXED_ORDERING)
 
 struct ibv_mr *sn_reg_mr(struct ibv_pd *ibpd, void *addr, size_t len, uint64_t iova, unsigned access)
 {
-	struct sn_pd *pd = (struct sn_pd *)ibpd;
-	struct sn_context *ctx = to_sctx(ibpd->context);
-	struct sn_mr *mr;
-	int err;
+    struct sn_pd *pd = (struct sn_pd *)ibpd;
+    struct sn_context *ctx = to_sctx(ibpd->context);
+    struct sn_mr *mr;
+    int err;
 
-	/* remote write or atomic access requires local write (IB spec C10-67) */
-	if (((access & (IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_ATOMIC)) &&
-	     !(access & IBV_ACCESS_LOCAL_WRITE)) ||
-	    (access & ~(unsigned)(KNOWN_ACCESS | IBV_ACCESS_OPTIONAL_RANGE))) {
-		errno = EINVAL;
-		return NULL;
-	}
-	if (access & IBV_ACCESS_ON_DEMAND) {	/* the device reports no ODP capability */
-		errno = EOPNOTSUPP;
-		return NULL;
-	}
-	if (!addr && len) {
-		errno = EFAULT;
-		return NULL;
-	}
-	mr = calloc(1, sizeof(*mr));
-	if (!mr) {
-		errno = ENOMEM;
-		return NULL;
-	}
-	mr->pd = pd;
-	mr->pdn = pd->pdn;
-	mr->addr = addr;
-	mr->len = len;
-	mr->iova = (access & IBV_ACCESS_ZERO_BASED) ? 0 : iova;
-	mr->access = access;
-	sn_mem_classify(addr, &mr->mem);
-	mr->ibmr.context = ibpd->context;
-	mr->ibmr.pd = ibpd;
-	mr->ibmr.addr = addr;
-	mr->ibmr.length = len;
-	pthread_mutex_lock(&ctx->eng->lock);
-	err = sn_engine_add_mr(ctx->eng, mr);
-	if (!err && mr->mem.gpu)
-		ctx->eng->n_gpu_objects++;	/* GPUDirect memory: no polling assist */
-	pthread_mutex_unlock(&ctx->eng->lock);
-	if (err) {
-		free(mr);
-		errno = err;
-		return NULL;
-	}
-	mr->ibmr.handle = mr->ibmr.lkey;
-	atomic_fetch_add(&pd->refs, 1);
-	return &mr->ibmr;
+    /* remote write or atomic access requires local write (IB spec C10-67) */
+    if (((access & (IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_ATOMIC)) &&
+         !(access & IBV_ACCESS_LOCAL_WRITE)) ||
+        (access & ~(unsigned)(KNOWN_ACCESS | IBV_ACCESS_OPTIONAL_RANGE))) {
+        errno = EINVAL;
+        return NULL;
+    }
+    if (access & IBV_ACCESS_ON_DEMAND) {    /* the device reports no ODP capability */
+        errno = EOPNOTSUPP;
+        return NULL;
+    }
+    if (!addr && len) {
+        errno = EFAULT;
+        return NULL;
+    }
+    mr = calloc(1, sizeof(*mr));
+    if (!mr) {
+        errno = ENOMEM;
+        return NULL;
+    }
+    mr->pd = pd;
+    mr->pdn = pd->pdn;
+    mr->addr = addr;
+    mr->len = len;
+    mr->iova = (access & IBV_ACCESS_ZERO_BASED) ? 0 : iova;
+    mr->access = access;
+    sn_mem_classify(addr, &mr->mem);
+    mr->ibmr.context = ibpd->context;
+    mr->ibmr.pd = ibpd;
+    mr->ibmr.addr = addr;
+    mr->ibmr.length = len;
+    pthread_mutex_lock(&ctx->eng->lock);
+    err = sn_engine_add_mr(ctx->eng, mr);
+    if (!err && mr->mem.gpu)
+        ctx->eng->n_gpu_objects++;      /* GPUDirect memory: no polling assist */
+    pthread_mutex_unlock(&ctx->eng->lock);
+    if (err) {
+        free(mr);
+        errno = err;
+        return NULL;
+    }
+    mr->ibmr.handle = mr->ibmr.lkey;
+    atomic_fetch_add(&pd->refs, 1);
+    return &mr->ibmr;
 }
 
 int sn_rereg_mr(struct ibv_mr *ibmr, int flags, struct ibv_pd *ibpd, void *addr, size_t len,
-		int access)
+                int access)
 {
-	struct sn_mr *mr = (struct sn_mr *)ibmr;
-	struct sn_context *ctx = to_sctx(ibmr->context);
+    struct sn_mr *mr = (struct sn_mr *)ibmr;
+    struct sn_context *ctx = to_sctx(ibmr->context);
 
-	if (flags & ~IBV_REREG_MR_FLAGS_SUPPORTED)
-		return IBV_REREG_MR_ERR_INPUT;
-	if ((flags & IBV_REREG_MR_CHANGE_ACCESS) &&
-	    ((access & (IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_ATOMIC)) &&
-	     !(access & IBV_ACCESS_LOCAL_WRITE)))
-		return IBV_REREG_MR_ERR_INPUT;
-	if ((flags & IBV_REREG_MR_CHANGE_TRANSLATION) && !addr && len)
-		return IBV_REREG_MR_ERR_INPUT;
-	pthread_mutex_lock(&ctx->eng->lock);
-	if (flags & IBV_REREG_MR_CHANGE_PD) {
-		struct sn_pd *npd = (struct sn_pd *)ibpd;
+    if (flags & ~IBV_REREG_MR_FLAGS_SUPPORTED)
+        return IBV_REREG_MR_ERR_INPUT;
+    if ((flags & IBV_REREG_MR_CHANGE_ACCESS) &&
+        ((access & (IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_ATOMIC)) &&
+         !(access & IBV_ACCESS_LOCAL_WRITE)))
+        return IBV_REREG_MR_ERR_INPUT;
+    if ((flags & IBV_REREG_MR_CHANGE_TRANSLATION) && !addr && len)
+        return IBV_REREG_MR_ERR_INPUT;
+    pthread_mutex_lock(&ctx->eng->lock);
+    if (flags & IBV_REREG_MR_CHANGE_PD) {
+        struct sn_pd *npd = (struct sn_pd *)ibpd;
 
-		atomic_fetch_sub(&mr->pd->refs, 1);
-		atomic_fetch_add(&npd->refs, 1);
-		mr->pd = npd;
-		mr->pdn = npd->pdn;
-		ibmr->pd = ibpd;
-	}
-	if (flags & IBV_REREG_MR_CHANGE_TRANSLATION) {
-		mr->addr = addr;
-		mr->len = len;
-		mr->iova = (uintptr_t)addr;
-		if (mr->mem.gpu)
-			ctx->eng->n_gpu_objects--;
-		sn_mem_classify(addr, &mr->mem);
-		if (mr->mem.gpu)
-			ctx->eng->n_gpu_objects++;
-		ibmr->addr = addr;
-		ibmr->length = len;
-	}
-	if (flags & IBV_REREG_MR_CHANGE_ACCESS)
-		mr->access = (unsigned)access;
-	pthread_mutex_unlock(&ctx->eng->lock);
-	return 0;
+        atomic_fetch_sub(&mr->pd->refs, 1);
+        atomic_fetch_add(&npd->refs, 1);
+        mr->pd = npd;
+        mr->pdn = npd->pdn;
+        ibmr->pd = ibpd;
+    }
+    if (flags & IBV_REREG_MR_CHANGE_TRANSLATION) {
+        mr->addr = addr;
+        mr->len = len;
+        mr->iova = (uintptr_t)addr;
+        if (mr->mem.gpu)
+            ctx->eng->n_gpu_objects--;
+        sn_mem_classify(addr, &mr->mem);
+        if (mr->mem.gpu)
+            ctx->eng->n_gpu_objects++;
+        ibmr->addr = addr;
+        ibmr->length = len;
+    }
+    if (flags & IBV_REREG_MR_CHANGE_ACCESS)
+        mr->access = (unsigned)access;
+    pthread_mutex_unlock(&ctx->eng->lock);
+    return 0;
 }
 
 int sn_dereg_mr(struct ibv_mr *ibmr)
 {
-	struct sn_mr *mr = (struct sn_mr *)ibmr;
-	struct sn_context *ctx = to_sctx(ibmr->context);
+    struct sn_mr *mr = (struct sn_mr *)ibmr;
+    struct sn_context *ctx = to_sctx(ibmr->context);
 
-	pthread_mutex_lock(&ctx->eng->lock);
-	sn_engine_del_mr(ctx->eng, mr);
-	if (mr->mem.gpu)
-		ctx->eng->n_gpu_objects--;
-	pthread_mutex_unlock(&ctx->eng->lock);
-	atomic_fetch_sub(&mr->pd->refs, 1);
-	free(mr);
-	return 0;
+    pthread_mutex_lock(&ctx->eng->lock);
+    sn_engine_del_mr(ctx->eng, mr);
+    if (mr->mem.gpu)
+        ctx->eng->n_gpu_objects--;
+    pthread_mutex_unlock(&ctx->eng->lock);
+    atomic_fetch_sub(&mr->pd->refs, 1);
+    free(mr);
+    return 0;
 }
 
 /* Address handles exist for UD, which the emulated NIC does not carry (docs/simnic.md); they
  * are kept so that programs which create one for bookkeeping still run. */
 struct ibv_ah *sn_create_ah(struct ibv_pd *ibpd, struct ibv_ah_attr *attr)
 {
-	struct sn_ah *ah;
+    struct sn_ah *ah;
 
-	if (attr->port_num != 1 || (!attr->is_global && !attr->dlid)) {
-		errno = EINVAL;
-		return NULL;
-	}
-	ah = calloc(1, sizeof(*ah));
-	if (!ah) {
-		errno = ENOMEM;
-		return NULL;
-	}
-	ah->ibah.context = ibpd->context;
-	ah->ibah.pd = ibpd;
-	ah->attr = *attr;
-	atomic_fetch_add(&((struct sn_pd *)ibpd)->refs, 1);
-	return &ah->ibah;
+    if (attr->port_num != 1 || (!attr->is_global && !attr->dlid)) {
+        errno = EINVAL;
+        return NULL;
+    }
+    ah = calloc(1, sizeof(*ah));
+    if (!ah) {
+        errno = ENOMEM;
+        return NULL;
+    }
+    ah->ibah.context = ibpd->context;
+    ah->ibah.pd = ibpd;
+    ah->attr = *attr;
+    atomic_fetch_add(&((struct sn_pd *)ibpd)->refs, 1);
+    return &ah->ibah;
 }
 
 int sn_destroy_ah(struct ibv_ah *ibah)
 {
-	atomic_fetch_sub(&((struct sn_pd *)ibah->pd)->refs, 1);
-	free(ibah);
-	return 0;
+    atomic_fetch_sub(&((struct sn_pd *)ibah->pd)->refs, 1);
+    free(ibah);
+    return 0;
 }
 
 int sn_attach_mcast(struct ibv_qp *qp, const union ibv_gid *gid, uint16_t lid)
 {
-	return EOPNOTSUPP;	/* multicast needs UD QPs */
+    return EOPNOTSUPP;      /* multicast needs UD QPs */
 }
 
 int sn_detach_mcast(struct ibv_qp *qp, const union ibv_gid *gid, uint16_t lid)
 {
-	return EOPNOTSUPP;
+    return EOPNOTSUPP;
 }
 
 struct ibv_mw *sn_alloc_mw(struct ibv_pd *pd, enum ibv_mw_type type)
 {
-	errno = EOPNOTSUPP;	/* memory windows (UMR WQEs) are not emulated */
-	return NULL;
+    errno = EOPNOTSUPP;     /* memory windows (UMR WQEs) are not emulated */
+    return NULL;
 }
 
 int sn_bind_mw(struct ibv_qp *qp, struct ibv_mw *mw, struct ibv_mw_bind *bind)
 {
-	return EOPNOTSUPP;
+    return EOPNOTSUPP;
 }
 
 int sn_dealloc_mw(struct ibv_mw *mw)
 {
-	return EOPNOTSUPP;
+    return EOPNOTSUPP;
 }

@@ -17,73 +17,73 @@
 
 #include "sn_wire.h"
 
-#define SN_LID_FIRST 2			/* LID 1 is the (virtual) subnet manager */
-#define SN_LID_LIMIT 0xC000		/* unicast LIDs end at 0xBFFF */
+#define SN_LID_FIRST 2                  /* LID 1 is the (virtual) subnet manager */
+#define SN_LID_LIMIT 0xC000             /* unicast LIDs end at 0xBFFF */
 #define SN_FABRIC_PORTS 512
 #define SN_INBOX_SLOTS 16
 #define SN_QPN_FIRST 0x100
 
 struct sn_owner {
-	int32_t pid;
-	uint32_t pad;
-	uint64_t start;			/* /proc/<pid>/stat starttime: tells pid reuse apart */
+    int32_t pid;
+    uint32_t pad;
+    uint64_t start;                 /* /proc/<pid>/stat starttime: tells pid reuse apart */
 };
 
 struct sn_host_reg {
-	uint64_t magic;
-	uint32_t version;
-	uint32_t lid_hint;
-	_Atomic uint32_t next_qpn;
-	_Atomic uint32_t next_key;
-	uint32_t live;			/* LIDs in use */
-	uint32_t pad;
-	struct sn_owner lid[SN_LID_LIMIT];
+    uint64_t magic;
+    uint32_t version;
+    uint32_t lid_hint;
+    _Atomic uint32_t next_qpn;
+    _Atomic uint32_t next_key;
+    uint32_t live;                  /* LIDs in use */
+    uint32_t pad;
+    struct sn_owner lid[SN_LID_LIMIT];
 };
 
 struct sn_fab_port {
-	struct sn_owner owner;		/* pid 0: free */
-	uint16_t lid;
-	uint16_t dev;
-	uint32_t gen;
-	uint8_t gid[16];
+    struct sn_owner owner;          /* pid 0: free */
+    uint16_t lid;
+    uint16_t dev;
+    uint32_t gen;
+    uint8_t gid[16];
 };
 
 struct sn_fabric_reg {
-	uint64_t magic;
-	uint32_t version;
-	uint32_t pad;
-	struct sn_fab_port port[SN_FABRIC_PORTS];
+    uint64_t magic;
+    uint32_t version;
+    uint32_t pad;
+    struct sn_fab_port port[SN_FABRIC_PORTS];
 };
 
 /* One slot of an inbox: the rings a given sender writes. */
 struct sn_slot {
-	_Atomic uint32_t state;		/* 0 free, 1 claimed (being set up), 2 ready */
-	uint16_t sender_lid;
-	uint16_t pad;
-	struct sn_owner sender;
-	uint8_t pad1[40];
-	struct sn_ring_ctl req;
-	struct sn_ring_ctl resp;
+    _Atomic uint32_t state;         /* 0 free, 1 claimed (being set up), 2 ready */
+    uint16_t sender_lid;
+    uint16_t pad;
+    struct sn_owner sender;
+    uint8_t pad1[40];
+    struct sn_ring_ctl req;
+    struct sn_ring_ctl resp;
 };
 
 struct sn_inbox {
-	uint64_t magic;
-	uint32_t version;
-	uint16_t lid;
-	uint16_t pad;
-	struct sn_owner owner;
-	uint64_t ring_bytes;		/* size of each ring */
-	uint8_t pad1[24];
-	_Atomic uint32_t wake_seq;	/* futex word (shared) */
-	_Atomic uint32_t sleeping;	/* the engine is (about to be) asleep on wake_seq */
-	uint8_t pad2[56];
-	struct sn_slot slot[SN_INBOX_SLOTS];
-	/* followed by SN_INBOX_SLOTS x (request ring, response ring) data areas */
+    uint64_t magic;
+    uint32_t version;
+    uint16_t lid;
+    uint16_t pad;
+    struct sn_owner owner;
+    uint64_t ring_bytes;            /* size of each ring */
+    uint8_t pad1[24];
+    _Atomic uint32_t wake_seq;      /* futex word (shared) */
+    _Atomic uint32_t sleeping;      /* the engine is (about to be) asleep on wake_seq */
+    uint8_t pad2[56];
+    struct sn_slot slot[SN_INBOX_SLOTS];
+    /* followed by SN_INBOX_SLOTS x (request ring, response ring) data areas */
 };
 
 static inline uint8_t *sn_inbox_ring_data(struct sn_inbox *ib, int slot, int resp)
 {
-	return (uint8_t *)ib + sizeof(*ib) + ((uint64_t)slot * 2 + (resp ? 1 : 0)) * ib->ring_bytes;
+    return (uint8_t *)ib + sizeof(*ib) + ((uint64_t)slot * 2 + (resp ? 1 : 0)) * ib->ring_bytes;
 }
 
 /* process identity */
@@ -92,7 +92,7 @@ int sn_owner_alive(const struct sn_owner *o);
 void sn_owner_self(struct sn_owner *o);
 
 /* host registry */
-int sn_host_open(void);				/* maps it once per process */
+int sn_host_open(void);                         /* maps it once per process */
 int sn_lid_alloc(uint16_t *lid);
 void sn_lid_free(uint16_t lid);
 uint32_t sn_qpn_alloc(void);
@@ -104,7 +104,7 @@ int sn_fabric_join(uint16_t lid, uint16_t dev, const uint8_t gid[16]);
 void sn_fabric_leave(uint16_t lid);
 /* Finds the live port with LID (when lid != 0) or GID; fills lid and owner. */
 int sn_fabric_lookup(uint16_t lid, const uint8_t *gid, uint16_t *lid_out,
-		     struct sn_owner *owner_out);
+                     struct sn_owner *owner_out);
 
 /* inboxes */
 struct sn_inbox *sn_inbox_create(uint16_t lid, uint64_t ring_bytes, size_t *map_len);

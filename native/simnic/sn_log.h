@@ -11,10 +11,10 @@ extern int sn_debug_enabled;
 
 #define sn_log(fmt, ...) fprintf(stderr, "simnic: " fmt "\n", ##__VA_ARGS__)
 #define sn_dbg(fmt, ...)                                                          \
-	do {                                                                      \
-		if (sn_debug_enabled)                                             \
-			fprintf(stderr, "simnic[%d]: " fmt "\n", (int)getpid(),   \
-				##__VA_ARGS__);                                   \
-	} while (0)
+    do {                                                                          \
+        if (sn_debug_enabled)                                                     \
+            fprintf(stderr, "simnic[%d]: " fmt "\n", (int)getpid(),               \
+                    ##__VA_ARGS__);                                               \
+    } while (0)
 
 #endif

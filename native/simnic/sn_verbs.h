@@ -30,7 +30,7 @@ int sn_dealloc_mw(struct ibv_mw *mw);
 struct ibv_comp_channel *sn_create_comp_channel(struct ibv_context *ctx);
 int sn_destroy_comp_channel(struct ibv_comp_channel *ch);
 struct ibv_cq *sn_create_cq(struct ibv_context *ctx, int cqe, void *cq_context,
-			    struct ibv_comp_channel *ch, int comp_vector);
+                            struct ibv_comp_channel *ch, int comp_vector);
 struct ibv_cq_ex *sn_create_cq_ex(struct ibv_context *ctx, struct ibv_cq_init_attr_ex *attr);
 int sn_resize_cq(struct ibv_cq *cq, int cqe);
 int sn_destroy_cq(struct ibv_cq *cq);
@@ -63,6 +63,6 @@ int sn_post_recv(struct ibv_qp *qp, struct ibv_recv_wr *wr, struct ibv_recv_wr *
 int sn_post_srq_recv(struct ibv_srq *srq, struct ibv_recv_wr *wr, struct ibv_recv_wr **bad);
 void sn_qp_init_send_ops(struct sn_qp *qp);
 void sn_ring_doorbell(struct sn_qp *qp, struct mlx5_wqe_ctrl_seg *ctrl, uint32_t nreq,
-		      uint32_t size16, int inl);
+                      uint32_t size16, int inl);
 
 #endif

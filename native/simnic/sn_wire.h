@@ -15,80 +15,80 @@
 #include <stdint.h>
 
 #define SN_MSG_HDR 64u
-#define SN_FRAG_MAX (32u * 1024u)	/* payload bytes per record */
+#define SN_FRAG_MAX (32u * 1024u)       /* payload bytes per record */
 
 enum sn_msg_type {
-	SN_MSG_PAD = 0,		/* filler to the end of the ring */
-	/* requests */
-	SN_MSG_SEND = 1,	/* SEND, SEND_IMM, SEND_INVAL (opcode says which) */
-	SN_MSG_WRITE = 2,	/* RDMA_WRITE, RDMA_WRITE_IMM */
-	SN_MSG_READ = 3,	/* RDMA_READ request */
-	SN_MSG_ATOMIC = 4,	/* ATOMIC_CS / ATOMIC_FA */
-	/* responses */
-	SN_MSG_ACK = 16,	/* everything up to and including psn was executed */
-	SN_MSG_NAK = 17,	/* syndrome: SN_NAK_*; psn: the request refused */
-	SN_MSG_READ_RESP = 18,	/* a fragment of read data for the request at psn */
-	SN_MSG_ATOMIC_RESP = 19, /* arg0: the original value */
+    SN_MSG_PAD = 0,         /* filler to the end of the ring */
+    /* requests */
+    SN_MSG_SEND = 1,        /* SEND, SEND_IMM, SEND_INVAL (opcode says which) */
+    SN_MSG_WRITE = 2,       /* RDMA_WRITE, RDMA_WRITE_IMM */
+    SN_MSG_READ = 3,        /* RDMA_READ request */
+    SN_MSG_ATOMIC = 4,      /* ATOMIC_CS / ATOMIC_FA */
+    /* responses */
+    SN_MSG_ACK = 16,        /* everything up to and including psn was executed */
+    SN_MSG_NAK = 17,        /* syndrome: SN_NAK_*; psn: the request refused */
+    SN_MSG_READ_RESP = 18,  /* a fragment of read data for the request at psn */
+    SN_MSG_ATOMIC_RESP = 19, /* arg0: the original value */
 };
 
 enum sn_msg_flags {
-	SN_FIRST = 1,
-	SN_LAST = 2,
+    SN_FIRST = 1,
+    SN_LAST = 2,
 };
 
 /* NAK reasons (the IB AETH NAK codes, named for the completion they cause) */
 enum sn_nak {
-	SN_NAK_RNR = 1,		/* receiver not ready: retry after min_rnr_timer */
-	SN_NAK_SEQ = 2,		/* PSN sequence error: resend from psn */
-	SN_NAK_INV_REQ = 3,	/* -> IBV_WC_REM_INV_REQ_ERR */
-	SN_NAK_ACCESS = 4,	/* -> IBV_WC_REM_ACCESS_ERR */
-	SN_NAK_OP = 5,		/* -> IBV_WC_REM_OP_ERR */
+    SN_NAK_RNR = 1,         /* receiver not ready: retry after min_rnr_timer */
+    SN_NAK_SEQ = 2,         /* PSN sequence error: resend from psn */
+    SN_NAK_INV_REQ = 3,     /* -> IBV_WC_REM_INV_REQ_ERR */
+    SN_NAK_ACCESS = 4,      /* -> IBV_WC_REM_ACCESS_ERR */
+    SN_NAK_OP = 5,          /* -> IBV_WC_REM_OP_ERR */
 };
 
 struct sn_msg {
-	uint8_t type;
-	uint8_t flags;
-	uint8_t opcode;		/* mlx5 WQE opcode of the request */
-	uint8_t syndrome;	/* NAK reason; RNR: the responder's min_rnr_timer */
-	uint32_t len;		/* payload bytes in this record */
-	uint32_t src_qpn;
-	uint32_t dst_qpn;
-	uint32_t psn;		/* first PSN of the message (24 bits) */
-	uint32_t imm;		/* immediate data, as in the WQE (big-endian) */
-	uint32_t rkey;
-	uint32_t total;		/* message length */
-	uint64_t raddr;		/* remote address of the message start */
-	uint32_t offset;	/* offset of this fragment in the message */
-	uint16_t src_lid;
-	uint16_t pad;
-	uint64_t arg0;		/* atomic swap/add (host order), or the original value */
-	uint64_t arg1;		/* atomic compare */
+    uint8_t type;
+    uint8_t flags;
+    uint8_t opcode;         /* mlx5 WQE opcode of the request */
+    uint8_t syndrome;       /* NAK reason; RNR: the responder's min_rnr_timer */
+    uint32_t len;           /* payload bytes in this record */
+    uint32_t src_qpn;
+    uint32_t dst_qpn;
+    uint32_t psn;           /* first PSN of the message (24 bits) */
+    uint32_t imm;           /* immediate data, as in the WQE (big-endian) */
+    uint32_t rkey;
+    uint32_t total;         /* message length */
+    uint64_t raddr;         /* remote address of the message start */
+    uint32_t offset;        /* offset of this fragment in the message */
+    uint16_t src_lid;
+    uint16_t pad;
+    uint64_t arg0;          /* atomic swap/add (host order), or the original value */
+    uint64_t arg1;          /* atomic compare */
 };
 _Static_assert(sizeof(struct sn_msg) == SN_MSG_HDR, "wire header is one cache line");
 
 struct sn_ring_ctl {
-	_Atomic uint64_t head;	/* bytes produced; written by the producer only */
-	uint8_t pad0[56];
-	_Atomic uint64_t tail;	/* bytes consumed; written by the consumer only */
-	uint8_t pad1[56];
+    _Atomic uint64_t head;  /* bytes produced; written by the producer only */
+    uint8_t pad0[56];
+    _Atomic uint64_t tail;  /* bytes consumed; written by the consumer only */
+    uint8_t pad1[56];
 };
 
 /* A process-local handle to one ring (producer or consumer side). */
 struct sn_ring {
-	struct sn_ring_ctl *ctl;
-	uint8_t *data;
-	uint64_t size;		/* power of two */
-	uint64_t cached;	/* producer: last tail seen; consumer: last head seen */
-	uint64_t pos;		/* producer: head not yet published; consumer: tail */
+    struct sn_ring_ctl *ctl;
+    uint8_t *data;
+    uint64_t size;          /* power of two */
+    uint64_t cached;        /* producer: last tail seen; consumer: last head seen */
+    uint64_t pos;           /* producer: head not yet published; consumer: tail */
 };
 
 static inline uint32_t sn_rec_bytes(uint32_t payload)
 {
-	return SN_MSG_HDR + ((payload + 63u) & ~63u);
+    return SN_MSG_HDR + ((payload + 63u) & ~63u);
 }
 
 void sn_ring_attach(struct sn_ring *r, struct sn_ring_ctl *ctl, uint8_t *data, uint64_t size,
-		    int producer);
+                    int producer);
 /* Producer: a record with room for PAYLOAD bytes, or NULL when the ring is full. */
 struct sn_msg *sn_ring_reserve(struct sn_ring *r, uint32_t payload);
 /* Producer: publish every record reserved so far. */

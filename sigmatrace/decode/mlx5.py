@@ -1,7 +1,7 @@
 """Vectorised decoding of mlx5 doorbells, send WQEs and CQE64 entries with numpy.
 
-Layouts are rdma-core's (mlx5dv.h) and the PRM's, as summarised in
-../shared/reference/mlx5-formats.md; everything on the wire is big-endian.  The in-process parser
+Layouts are rdma-core's (mlx5dv.h) and the PRM's, as docs/mlx5-formats.md describes them;
+everything on the wire is big-endian.  The in-process parser
 (native/runtime/wqe_parse.c) makes WQE records while tracing; these functions decode the same
 bytes in bulk for the report, the exports and tests (raw doorbell values of DOORBELL records,
 copies of send queues, completion queues).
