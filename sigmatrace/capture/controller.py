@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..errors import SigmatraceError, TargetError, UsageError
-from ..trace.writer import make_dir
+from ..trace.writer import create_trace_dir
 from . import launch
 from .config import CaptureOptions
 from .follow import FollowServer
@@ -134,16 +134,9 @@ class Controller:
         return self._device
 
     def _prepare_out(self, default_name: str) -> Path:
-        out = self.options.out or launch.default_out(default_name)
-        out = Path(out)
-        if (out / "session.json").exists():
-            raise UsageError(f"{out} already holds a trace", hint="choose another --out")
-        try:
-            make_dir(out)
-        except OSError as e:
-            raise UsageError(f"cannot create the trace directory {out}: {e.strerror}") from None
-        self.out = out
-        return out
+        out = Path(self.options.out) if self.options.out is not None else launch.default_out(default_name)
+        self.out = create_trace_dir(out)
+        return self.out
 
     def _check_providers(self) -> None:
         """Say so when a provider asked for by name cannot be installed here."""

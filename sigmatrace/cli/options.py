@@ -17,8 +17,19 @@ ProvidersOpt = Annotated[Optional[str], typer.Option(
     "--providers", "-p", metavar="LIST",
     help=f"Comma-separated layers to hook ({', '.join(ALL_PROVIDERS)}); default: every one found. "
          "An omitted provider installs no hook.")]
-OutOpt = Annotated[Optional[Path], typer.Option(
-    "--out", "-o", metavar="DIR",
+
+
+def out_path(value: str | None) -> Path | None:
+    """--out DIR as a path; an empty DIR is refused (as a path it would be the current directory)."""
+    if value is None:
+        return None
+    if not value.strip():
+        raise typer.BadParameter("an empty name is not a directory", param_hint="'--out'")
+    return Path(value)
+
+
+OutOpt = Annotated[Optional[str], typer.Option(
+    "--out", "-o", metavar="DIR", callback=out_path,
     help="Trace directory to create (owner-only). {rank} expands from RANK / OMPI_COMM_WORLD_RANK / "
          "PMI_RANK / SLURM_PROCID / LOCAL_RANK. Default: ./sigmatrace-<program>-<time>.")]
 RingOpt = Annotated[int, typer.Option(
