@@ -19,7 +19,7 @@ from ..trace.writer import create_trace_dir
 from . import launch
 from .config import CaptureOptions
 from .follow import FollowServer
-from .metadata import SessionMeta
+from .metadata import SessionMeta, ppid_of
 from .observers import load_observers
 from .process import CaptureError, TracedProcess
 from .ui import CaptureUI
@@ -32,13 +32,6 @@ class CaptureResult:
     exit_code: int | None = None     # spawn: the program's exit status (-N: killed by signal N)
     processes: list[int] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
-
-
-def _ppid(pid: int) -> int | None:
-    try:
-        return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
-    except (OSError, ValueError, IndexError):
-        return None
 
 
 def _is_dynamic(path: str) -> bool:
@@ -268,7 +261,7 @@ class Controller:
                     kind = None
                 if kind == "hello":
                     # the program is the child of sigmatrace-run, our child
-                    is_root = not root_seen and _ppid(item.pid) == child.pid
+                    is_root = not root_seen and ppid_of(item.pid) == child.pid
                     root_seen = root_seen or is_root
                     self._on_hello(item, trace=is_root or self.options.follow_children)
                 self._reap_ended()

@@ -8,6 +8,7 @@ import typer
 from typing_extensions import Annotated
 
 from ..capture.config import ALL_PROVIDERS, CaptureOptions, Mode, parse_providers
+from ..trace.ranks import RANK_VARIABLES
 
 ModeOpt = Annotated[Mode, typer.Option(
     "--mode", "-m", case_sensitive=False,
@@ -30,8 +31,8 @@ def out_path(value: str | None) -> Path | None:
 
 OutOpt = Annotated[Optional[str], typer.Option(
     "--out", "-o", metavar="DIR", callback=out_path,
-    help="Trace directory to create (owner-only). {rank} expands from RANK / OMPI_COMM_WORLD_RANK / "
-         "PMI_RANK / SLURM_PROCID / LOCAL_RANK. Default: ./sigmatrace-<program>-<time>.")]
+    help="Trace directory to create (owner-only), or an empty one. {rank} expands from "
+         f"{' / '.join(RANK_VARIABLES)}. Default: ./sigmatrace-<program>-<time>.")]
 RingOpt = Annotated[int, typer.Option(
     "--ring-records", metavar="N", hidden=True,
     help="Records buffered per recording thread (a power of two).")]

@@ -33,7 +33,8 @@ def test_unknown_provider():
 
 @pytest.mark.parametrize("env,expected", [
     ({"RANK": "3"}, "out/rank-3"), ({"OMPI_COMM_WORLD_RANK": "5"}, "out/rank-5"), ({"PMI_RANK": "2"}, "out/rank-2"),
-    ({"SLURM_PROCID": "7"}, "out/rank-7"), ({"LOCAL_RANK": "1"}, "out/rank-1"),
+    ({"SLURM_PROCID": "7"}, "out/rank-7"), ({"LOCAL_RANK": "1"}, "out/rank-1"), ({"PMIX_RANK": "6"}, "out/rank-6"),
+    ({"PMIX_RANK": "6", "LOCAL_RANK": "0"}, "out/rank-6"),
     ({"RANK": "4", "SLURM_PROCID": "9"}, "out/rank-4"),
 ])
 def test_rank_expansion(env, expected):
@@ -44,6 +45,26 @@ def test_rank_expansion(env, expected):
 def test_rank_missing_warns():
     path, warning = expand_out("out/rank-{rank}", {})
     assert str(path) == f"out/rank-pid{os.getpid()}" and "none of RANK" in warning
+
+
+@pytest.mark.parametrize("var", ["PMIX_RANK", "RANK", "SLURM_PROCID"])
+def test_rank_agrees_in_dir_name_meta_and_correlator(tmp_path, var):
+    """Under a launcher (PMIx sets only PMIX_RANK): the directory's name, meta.json's rank and the
+    rank the correlator reads back are one and the same."""
+    from sigmatrace.correlate.traceset import TraceSet
+
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK", "SLURM_PROCID", "PMIX_RANK", "LOCAL_RANK")}
+    env[var] = "3"
+    res = run_cmd([*sigmatrace_cmd(), "spawn", "-q", "--out", str(tmp_path / "run" / "rank-{rank}"), "--", "/bin/true"],
+                  env=env)
+    assert res.returncode == 0, res.stderr
+    assert [d.name for d in (tmp_path / "run").iterdir()] == ["rank-3"]
+    [meta] = (tmp_path / "run" / "rank-3").glob("p*/meta.json")
+    meta = json.loads(meta.read_text())
+    assert meta["rank"] == 3 and meta["env"][var] == "3"
+    [proc] = TraceSet([tmp_path / "run" / "rank-3"]).procs
+    assert proc.rank == 3
 
 
 def test_resolve_program(tmp_path, monkeypatch):
