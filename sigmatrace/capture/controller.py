@@ -212,7 +212,7 @@ class Controller:
         self.session = SessionMeta(out, "spawn", argv, self.options.mode.value, providers, self.options.doorbells)
         self.session.write()
         self._check_providers()
-        self._observers = load_observers(self.options, out)
+        self._observers = load_observers(self.options, out, self.ui)
         if not _is_dynamic(argv[0]):
             # Frida injects its agent through the dynamic loader: a static program runs untraced
             # (programs it starts, if dynamic, are still followed)
@@ -304,7 +304,7 @@ class Controller:
         self.session = SessionMeta(out, "attach", pid, self.options.mode.value, providers, self.options.doorbells)
         self.session.write()
         self._check_providers()
-        self._observers = load_observers(self.options, out)
+        self._observers = load_observers(self.options, out, self.ui)
         self.ui.status(f"attaching to pid {pid} (verbs contexts and QPs made before are looked for in its memory)")
         with _DeferredInterrupt() as held:
             try:
