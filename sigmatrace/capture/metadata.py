@@ -102,7 +102,7 @@ class SessionMeta:
 
     def finish(self, status: str, **extra) -> None:
         self.data["status"] = status
-        self.data["ended_ns"] = time.time_ns()
+        self.data.setdefault("ended_ns", time.time_ns())  # when tracing ended: a later call only adds
         self.data.update(extra)
         self.write()
 
