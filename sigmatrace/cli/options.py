@@ -1,6 +1,7 @@
 """Options shared by the capture commands (spawn, attach; demo and top reuse them), declared once."""
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import List, Optional
 
@@ -18,6 +19,14 @@ ProvidersOpt = Annotated[Optional[str], typer.Option(
     "--providers", "-p", metavar="LIST",
     help=f"Comma-separated layers to hook ({', '.join(ALL_PROVIDERS)}); default: every one found. "
          "An omitted provider installs no hook.")]
+
+
+def positive_seconds(value: float | None) -> float | None:
+    """--duration S: a positive, finite number of seconds (0, a negative, nan or inf would trace
+    forever, stop at once or until the target ends)."""
+    if value is not None and not (math.isfinite(value) and value > 0):
+        raise typer.BadParameter(f"{value:g} is not a positive number of seconds")
+    return value
 
 
 def out_path(value: str | None) -> Path | None:

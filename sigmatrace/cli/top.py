@@ -57,8 +57,9 @@ def _watch(trace: Path, opts) -> None:
     from ..dashboard.app import Dashboard
     from ..dashboard.source import LiveSource
 
-    if not trace.is_dir():
-        raise UsageError(f"{trace}: no such trace directory")
+    from ..trace.reader import TraceDir
+
+    TraceDir(trace)  # a missing directory, or one that is not a trace: one line, as `report` says it
     with LiveSource(trace) as source:
         Dashboard(source, options=opts, should_stop=_end_when_finished).run()
 

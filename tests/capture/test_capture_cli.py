@@ -92,6 +92,17 @@ def test_bad_mode_is_a_usage_error(tmp_path):
     assert res.returncode == 2 and "fast" in res.stderr and not (tmp_path / "t").exists()
 
 
+@pytest.mark.parametrize("command", ["attach", "spawn"])
+@pytest.mark.parametrize("duration", ["0", "-1", "nan", "inf", "-0.5"])
+def test_duration_must_be_a_positive_number(tmp_path, command, duration):
+    """0 traced forever, nan until the target exited, -1 detached at once: refused before anything starts."""
+    target = ["--pid", str(os.getpid())] if command == "attach" else ["--", "/bin/true"]
+    args = ["--duration=" + duration, "--out", tmp_path / "t"]
+    res = sigmatrace(command, *(args + target if command == "attach" else args + target))
+    assert res.returncode == 2 and "is not a positive number of seconds" in res.stderr, res.stderr
+    assert not (tmp_path / "t").exists()
+
+
 def test_program_not_found(tmp_path):
     for prog in ["no-such-program-sigmatrace", str(tmp_path / "missing")]:
         res = sigmatrace("spawn", "--out", tmp_path / "t", "--", prog)
