@@ -183,6 +183,20 @@ def test_program_without_verbs_gives_valid_empty_trace(tmp_path):
     assert "No hooks were installed" in human
 
 
+def test_the_programs_argv_is_shown_whole(tmp_path):
+    """`ibv_rc_pingpong -p 18515 -n 500` was shown as "ibv_rc_pingpong -p 18515" in the report and
+    "... -n" in the progress line."""
+    t = tmp_path / "t"
+    argv = ["/bin/echo", "-p", "18515", "-n", "500"]
+    env = dict(os.environ, COLUMNS="200")
+    res = run_cmd([*sigmatrace_cmd(), "spawn", "--out", str(t), "--", *argv], env=env, check=True)
+    [pdir] = [d.name for d in t.iterdir() if d.is_dir()]
+    assert f"tracing pid {pdir[1:]} (/bin/echo -p 18515 -n 500) -> " in res.stderr
+    human = run_cmd([*sigmatrace_cmd(), "report", str(t)], env=env, check=True).stdout
+    assert f"{pdir} (/bin/echo -p 18515 -n 500)" in human
+    assert report(t)["processes"][0]["argv"] == argv
+
+
 def test_report_not_a_trace(tmp_path):
     res = sigmatrace("report", tmp_path)
     assert res.returncode == 1 and "not a sigmatrace trace" in res.stderr
