@@ -15,7 +15,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..errors import SigmatraceError, TargetError, UsageError
+from ..errors import SigmatraceError, TargetError
 from ..trace.writer import create_trace_dir
 from . import launch
 from .config import CaptureOptions
@@ -71,6 +71,7 @@ class _Interrupts:
         self._holding = 0
         self._pending: list[int] = []
         self._child: subprocess.Popen | None = None
+        self.last: int | None = None  # the last signal that came
 
     def __enter__(self):
         if threading.current_thread() is threading.main_thread():
@@ -96,6 +97,7 @@ class _Interrupts:
             self._child.send_signal(signum)
 
     def _on_signal(self, signum, frame):
+        self.last = signum
         self._forward(signum)
         if self._holding:
             self._pending.append(signum)
@@ -260,9 +262,8 @@ class Controller:
             if not root_seen and _is_dynamic(argv[0]):
                 self._warn("the program never reached the tracer (setuid, or LD_PRELOAD removed): "
                            "it was not traced")
-            if interrupted:
-                # finished before waiting for the program, which may take its time or never end
-                self.session.finish(status, warnings=self.warnings)
+            # finished before waiting for the program, which may take its time or never end
+            self.session.finish(status, warnings=self.warnings)
             code = self._wait_child(child, interrupted)
         finally:
             server.close()
@@ -322,11 +323,13 @@ class Controller:
     def _wait_child(self, child: subprocess.Popen, interrupted: bool) -> int | None:
         if child is None:
             return None
-        try:
-            return child.wait()
-        except KeyboardInterrupt:
-            # a second Ctrl-C: leave the program to itself
-            return None
+        while True:
+            try:
+                return child.wait()
+            except KeyboardInterrupt:
+                if self._interrupts.last == signal.SIGINT:
+                    return None  # a second Ctrl-C: leave the program to itself
+                # SIGTERM or SIGHUP went on to the program: its status is still to come
 
     # ------------------------------------------------------------------ attach
 
