@@ -276,6 +276,29 @@ def test_sigterm_reaches_the_program(tmp_path):
     assert json.loads((tmp_path / "t" / "session.json").read_text())["exit_code"] == -15
 
 
+def test_sigterm_after_the_duration_still_gets_the_programs_status(tmp_path):
+    """Tracing ended (--duration) and the trace is finished while the program runs on; a SIGTERM
+    then goes on to the program and sigmatrace still exits with its status."""
+    t = tmp_path / "t"
+    p = subprocess.Popen([*sigmatrace_cmd(), "spawn", "-q", "--duration", "0.5", "--out", str(t), "--", "/bin/sleep", "30"],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        deadline = time.time() + 30
+        while time.time() < deadline and not (
+                (t / "session.json").exists() and json.loads((t / "session.json").read_text())["status"] != "running"):
+            time.sleep(0.05)
+        session = json.loads((t / "session.json").read_text())
+        assert session["status"] == "detached" and "ended_ns" in session and p.poll() is None
+        p.terminate()
+        out, err = p.communicate(timeout=30)
+    finally:
+        if p.poll() is None:
+            os.killpg(p.pid, 9)
+    assert p.returncode == 128 + 15, err
+    final = json.loads((t / "session.json").read_text())
+    assert final["exit_code"] == -15 and final["ended_ns"] == session["ended_ns"]
+
+
 def test_static_program_runs_untraced_with_its_status(tmp_path):
     src = tmp_path / "st.c"
     src.write_text('#include <stdio.h>\nint main(void) { puts("static"); return 3; }\n')
