@@ -32,8 +32,11 @@ def make_dir(path: str | os.PathLike) -> Path:
     used as it is (we change the mode only of what we created); a link or a file at its name is
     refused with OutputError."""
     p = Path(path)
-    if p.parent != p:
-        p.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        if p.parent != p:
+            p.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise OutputError(f"cannot create the directory {p.parent}: {e.strerror or 'not a directory'}") from None
     try:
         os.mkdir(p, DIR_MODE)
         created = True

@@ -14,7 +14,7 @@ def _dirs(tmp_path):
     (tmp_path / "full").mkdir()
     (tmp_path / "full" / "notes.txt").write_text("mine\n")
     return {"MISSING": str(tmp_path / "missing"), "EMPTY": str(tmp_path / "empty"), "FULL": str(tmp_path / "full"),
-            "OUT": str(tmp_path / "out")}
+            "OUT": str(tmp_path / "out"), "FILE/t": str(tmp_path / "full" / "notes.txt" / "t")}
 
 
 CASES = [
@@ -33,6 +33,8 @@ CASES = [
     # the command could not do its job
     (["spawn", "--out", "OUT", "--", "no-such-program-sigmatrace"], FAILED, "program not found"),
     (["spawn", "--out", "FULL", "--", "/bin/true"], FAILED, "is not empty and not a sigmatrace trace"),
+    (["spawn", "--out", "/proc/no-such-dir/t", "--", "/bin/true"], FAILED, "cannot create the directory /proc/no-such-dir"),
+    (["spawn", "--out", "FILE/t", "--", "/bin/true"], FAILED, "Not a directory"),
     (["attach", "--pid", "4000000", "--out", "OUT"], FAILED, "no process with pid 4000000"),
     (["top", "--pid", "4000000"], FAILED, "no process with pid 4000000"),
     (["report", "MISSING"], FAILED, "no such trace directory"),
