@@ -123,7 +123,7 @@ def events_per_second(exe: str, iters: int, batch: int, emit_probes: bool) -> di
     with tempfile.TemporaryDirectory() as d:
         res, traced = run_bench(exe, iters, batch, lambda pid: launch.attach(pid, d, emit_probes=emit_probes))
         t0 = time.monotonic()
-        summary = launch.finish(traced, d, "attach", 0)
+        summary = launch.finish(traced)
         drain_s = time.monotonic() - t0
         report = section(TraceDir(d))
     records = summary["counters"]["records"]

@@ -1,5 +1,10 @@
 """Typed errors.  Inside, code raises these; at the top the CLI prints one line (message, then
-the fix) and exits non-zero.  Tracebacks only with --debug."""
+the fix) and exits non-zero.  Tracebacks only with --debug.
+
+Exit status, the same in every command: 2 when the command line itself is wrong (an unknown
+option, a value out of range, options that exclude each other: `UsageError`, and click's own
+usage errors), 1 when the command could not do its job (a program, pid, trace or output path
+that is missing, unreachable or unusable: every other error)."""
 from __future__ import annotations
 
 
@@ -18,6 +23,8 @@ class SigmatraceError(Exception):
 
 
 class UsageError(SigmatraceError):
+    """The command line is wrong: an option's value, a missing or conflicting option."""
+
     exit_code = 2
 
 
@@ -31,3 +38,8 @@ class TraceFormatError(SigmatraceError):
 
 class NativeMissingError(SigmatraceError):
     """A native library of ours was not built (the package was not installed with its native code)."""
+
+
+class OutputError(SigmatraceError):
+    """A trace directory or file of ours cannot be created where asked (a link, a directory that is
+    not ours, a path that cannot be written)."""

@@ -11,15 +11,16 @@ import signal
 import subprocess
 import threading
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..errors import SigmatraceError, TargetError, UsageError
-from ..trace.writer import make_dir
+from ..errors import SigmatraceError, TargetError
+from ..trace.writer import create_trace_dir
 from . import launch
 from .config import CaptureOptions
 from .follow import FollowServer
-from .metadata import SessionMeta
+from .metadata import SessionMeta, ppid_of
 from .observers import load_observers
 from .process import CaptureError, TracedProcess
 from .ui import CaptureUI
@@ -32,13 +33,6 @@ class CaptureResult:
     exit_code: int | None = None     # spawn: the program's exit status (-N: killed by signal N)
     processes: list[int] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
-
-
-def _ppid(pid: int) -> int | None:
-    try:
-        return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
-    except (OSError, ValueError, IndexError):
-        return None
 
 
 def _is_dynamic(path: str) -> bool:
@@ -62,53 +56,66 @@ def _is_dynamic(path: str) -> bool:
         return True
 
 
-class _DeferredInterrupt:
-    """Ctrl-C while hooks are going in (or coming out) is held until they are done, so that no
-    process is left half-hooked; `hit` says whether one came."""
+class _Interrupts:
+    """Ctrl-C, SIGTERM and SIGHUP (from `timeout`, a batch scheduler, `kill`, a closed terminal)
+    end a session the same way: tracing stops, every hook comes out, the trace is finished.
+    SIGTERM and SIGHUP also go on to the spawned program, as a launcher (torchrun, mpirun)
+    expects of what it started (Ctrl-C at a terminal reaches it by itself).  While hooks go in
+    or come out (`held()`), a signal is only noted (`take()` says whether one came), so that no
+    process is left half-hooked.  Signals are only caught on the main thread."""
+
+    SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
     def __init__(self):
-        self.hit = False
-        self._old = None
-
-    def __enter__(self):
-        if threading.current_thread() is threading.main_thread():
-            self._old = signal.signal(signal.SIGINT, self._note)
-        return self
-
-    def _note(self, signum, frame):
-        self.hit = True
-
-    def __exit__(self, *exc):
-        if self._old is not None:
-            signal.signal(signal.SIGINT, self._old)
-        return False
-
-
-class _ForwardSignals:
-    """While a spawned program runs, SIGTERM and SIGHUP sent to sigmatrace go to the program, the
-    way a launcher (torchrun, mpirun) expects of what it started; tracing goes on until the
-    program ends."""
-
-    SIGNALS = (signal.SIGTERM, signal.SIGHUP)
-
-    def __init__(self, child: subprocess.Popen):
-        self.child = child
         self._old: dict = {}
+        self._holding = 0
+        self._pending: list[int] = []
+        self._child: subprocess.Popen | None = None
+        self.last: int | None = None  # the last signal that came
 
     def __enter__(self):
         if threading.current_thread() is threading.main_thread():
             for sig in self.SIGNALS:
-                self._old[sig] = signal.signal(sig, self._forward)
+                self._old[sig] = signal.signal(sig, self._on_signal)
         return self
-
-    def _forward(self, signum, frame):
-        if self.child.poll() is None:
-            self.child.send_signal(signum)
 
     def __exit__(self, *exc):
         for sig, old in self._old.items():
             signal.signal(sig, old)
+        self._old = {}
+        self._child = None
         return False
+
+    def adopt(self, child: subprocess.Popen) -> None:
+        """The spawned program: signals to pass on go to it (also one that came while it started)."""
+        self._child = child
+        for sig in self._pending:
+            self._forward(sig)
+
+    def _forward(self, signum: int) -> None:
+        if signum != signal.SIGINT and self._child is not None and self._child.poll() is None:
+            self._child.send_signal(signum)
+
+    def _on_signal(self, signum, frame):
+        self.last = signum
+        self._forward(signum)
+        if self._holding:
+            self._pending.append(signum)
+        else:
+            raise KeyboardInterrupt
+
+    @contextmanager
+    def held(self):
+        self._holding += 1
+        try:
+            yield
+        finally:
+            self._holding -= 1
+
+    def take(self) -> bool:
+        """Whether a signal came while held; forgets it."""
+        hit, self._pending = bool(self._pending), []
+        return hit
 
 
 class Controller:
@@ -124,6 +131,7 @@ class Controller:
         self._observers = []
         self._reported: set = set()  # process directories whose end was reported
         self.stop_requested = threading.Event()  # set from another thread (the dashboard's q): detach now
+        self._interrupts = _Interrupts()
 
     # ------------------------------------------------------------------ common
 
@@ -134,16 +142,9 @@ class Controller:
         return self._device
 
     def _prepare_out(self, default_name: str) -> Path:
-        out = self.options.out or launch.default_out(default_name)
-        out = Path(out)
-        if (out / "session.json").exists():
-            raise UsageError(f"{out} already holds a trace", hint="choose another --out")
-        try:
-            make_dir(out)
-        except OSError as e:
-            raise UsageError(f"cannot create the trace directory {out}: {e.strerror}") from None
-        self.out = out
-        return out
+        out = Path(self.options.out) if self.options.out is not None else launch.default_out(default_name)
+        self.out = create_trace_dir(out)
+        return self.out
 
     def _check_providers(self) -> None:
         """Say so when a provider asked for by name cannot be installed here."""
@@ -221,12 +222,16 @@ class Controller:
 
     def spawn(self, argv: list[str], duration: float | None = None) -> CaptureResult:
         argv = launch.resolve_program(argv)
+        with self._interrupts, self._finished_if_interrupted():
+            return self._spawn(argv, duration)
+
+    def _spawn(self, argv: list[str], duration: float | None) -> CaptureResult:
         out = self._prepare_out(argv[0])
         providers = self.options.requested_providers()
         self.session = SessionMeta(out, "spawn", argv, self.options.mode.value, providers, self.options.doorbells)
         self.session.write()
         self._check_providers()
-        self._observers = load_observers(self.options, out)
+        self._observers = load_observers(self.options, out, self.ui)
         if not _is_dynamic(argv[0]):
             # Frida injects its agent through the dynamic loader: a static program runs untraced
             # (programs it starts, if dynamic, are still followed)
@@ -237,29 +242,43 @@ class Controller:
         try:
             cmd, env = server.run_command(argv, os.environ)
             self.ui.status(f"starting {' '.join(argv)}")
-            try:
-                child = subprocess.Popen(cmd, env=env)
-            except OSError as e:
-                self.session.finish("failed", warnings=self.warnings)
-                raise TargetError(f"cannot start {argv[0]}: {e.strerror}") from None
-            with _ForwardSignals(child):
-                status, root_seen = self._follow(child, duration)
-                interrupted = status == "interrupted"
-                if interrupted:
-                    self.ui.status("interrupted: stopping tracing (the program keeps running)")
-                with _DeferredInterrupt():
-                    self._stop_all("detach")
-                self._reap_ended()
-                # programs started from now on must not wait for us
-                server.close()
-                if not root_seen and _is_dynamic(argv[0]):
-                    self._warn("the program never reached the tracer (setuid, or LD_PRELOAD removed): "
-                               "it was not traced")
-                code = self._wait_child(child, interrupted)
+            with self._interrupts.held():  # no interrupt between the start and adopting it
+                try:
+                    child = subprocess.Popen(cmd, env=env)
+                except OSError as e:
+                    self.session.finish("failed", warnings=self.warnings)
+                    raise TargetError(f"cannot start {argv[0]}: {e.strerror}") from None
+                self._interrupts.adopt(child)
+            status, root_seen = self._follow(child, duration)
+            interrupted = status == "interrupted"
+            if interrupted:
+                self.ui.status("interrupted: stopping tracing (the program keeps running)")
+            with self._interrupts.held():
+                self._stop_all("detach")
+            self._interrupts.take()  # a second one while hooks came out: they are out now
+            self._reap_ended()
+            # programs started from now on must not wait for us
+            server.close()
+            if not root_seen and _is_dynamic(argv[0]):
+                self._warn("the program never reached the tracer (setuid, or LD_PRELOAD removed): "
+                           "it was not traced")
+            # finished before waiting for the program, which may take its time or never end
+            self.session.finish(status, warnings=self.warnings)
+            code = self._wait_child(child, interrupted)
         finally:
             server.close()
         self.session.finish(status, exit_code=code, warnings=self.warnings)
         return CaptureResult(out, status, code, [p.pid for p in self.procs.values()], self.warnings)
+
+    @contextmanager
+    def _finished_if_interrupted(self):
+        """An interrupt before tracing began (or one that escaped) still finishes the trace."""
+        try:
+            yield
+        except KeyboardInterrupt:
+            if self.session is not None and self.session.data["status"] == "running":
+                self.session.finish("interrupted", warnings=self.warnings)
+            raise
 
     def _follow(self, child: subprocess.Popen, duration: float | None) -> tuple[str, bool]:
         """Trace the root and each program it starts as they say hello, until the root has
@@ -269,13 +288,15 @@ class Controller:
         deadline = time.monotonic() + duration if duration else None
         try:
             while True:
+                if self._interrupts.take():
+                    raise KeyboardInterrupt
                 try:
                     kind, item = self.events.get(timeout=0.1)
                 except queue.Empty:
                     kind = None
                 if kind == "hello":
                     # the program is the child of sigmatrace-run, our child
-                    is_root = not root_seen and _ppid(item.pid) == child.pid
+                    is_root = not root_seen and ppid_of(item.pid) == child.pid
                     root_seen = root_seen or is_root
                     self._on_hello(item, trace=is_root or self.options.follow_children)
                 self._reap_ended()
@@ -290,46 +311,53 @@ class Controller:
         for tp in self.procs.values():
             if tp.pid == hello.pid:
                 tp.replaced = True  # a new program image of a pid we trace: it called exec
-        with _DeferredInterrupt() as held:
+        with self._interrupts.held():
             try:
                 if trace:
                     self._trace(hello.pid, attached=False)
             finally:
                 hello.release()
-        if held.hit:
+        if self._interrupts.take():
             raise KeyboardInterrupt
 
     def _wait_child(self, child: subprocess.Popen, interrupted: bool) -> int | None:
         if child is None:
             return None
-        try:
-            return child.wait()
-        except KeyboardInterrupt:
-            # a second Ctrl-C: leave the program to itself
-            return None
+        while True:
+            try:
+                return child.wait()
+            except KeyboardInterrupt:
+                if self._interrupts.last == signal.SIGINT:
+                    return None  # a second Ctrl-C: leave the program to itself
+                # SIGTERM or SIGHUP went on to the program: its status is still to come
 
     # ------------------------------------------------------------------ attach
 
     def attach(self, pid: int, duration: float | None = None) -> CaptureResult:
         launch.check_pid(pid)
+        with self._interrupts, self._finished_if_interrupted():
+            return self._attach(pid, duration)
+
+    def _attach(self, pid: int, duration: float | None) -> CaptureResult:
         comm = Path(f"/proc/{pid}/comm").read_text().strip() if Path(f"/proc/{pid}/comm").exists() else str(pid)
         out = self._prepare_out(comm)
         providers = self.options.requested_providers()
         self.session = SessionMeta(out, "attach", pid, self.options.mode.value, providers, self.options.doorbells)
         self.session.write()
         self._check_providers()
-        self._observers = load_observers(self.options, out)
+        self._observers = load_observers(self.options, out, self.ui)
         self.ui.status(f"attaching to pid {pid} (verbs contexts and QPs made before are looked for in its memory)")
-        with _DeferredInterrupt() as held:
+        with self._interrupts.held():
             try:
                 self._trace(pid, attached=True)
             except SigmatraceError:
                 self.session.finish("failed", warnings=self.warnings)
                 raise
-        if not held.hit:
+        interrupted = self._interrupts.take()
+        if not interrupted:
             self.ui.status("Ctrl-C stops tracing (the process keeps running)" if duration is None
                            else f"tracing for {duration:g} s")
-        status = self._wait_procs(duration, interrupted=held.hit)
+        status = self._wait_procs(duration, interrupted=interrupted)
         self.session.finish(status, warnings=self.warnings)
         return CaptureResult(out, status, None, [pid], self.warnings)
 
@@ -349,7 +377,8 @@ class Controller:
             status = "interrupted"
             self.ui.status("interrupted: stopping tracing (the program keeps running)")
         # a second Ctrl-C while hooks are being removed must not leave them half-removed
-        with _DeferredInterrupt():
+        with self._interrupts.held():
             self._stop_all("detach")
+        self._interrupts.take()
         self._reap_ended()
         return status

@@ -9,19 +9,7 @@ import shutil
 from pathlib import Path
 
 from ..errors import TargetError, UsageError
-
-# Rank variables of common launchers, in the order they are trusted.
-RANK_VARIABLES = ("RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK", "SLURM_PROCID", "PMIX_RANK", "LOCAL_RANK")
-
-
-def rank_from_env(env: dict[str, str] | None = None) -> str | None:
-    env = os.environ if env is None else env
-    for name in RANK_VARIABLES:
-        v = env.get(name)
-        if v is not None and v.strip().isdigit():
-            return v.strip()
-    return None
-
+from ..trace.ranks import RANK_VARIABLES, rank_from_env
 
 def expand_out(out: str | os.PathLike, env: dict[str, str] | None = None) -> tuple[Path, str | None]:
     """Expand `{rank}` (and `{pid}`) in an --out path.  Returns the path and a warning (when
@@ -29,12 +17,12 @@ def expand_out(out: str | os.PathLike, env: dict[str, str] | None = None) -> tup
     text = str(out)
     warning = None
     if "{rank}" in text:
-        rank = rank_from_env(env)
+        rank = rank_from_env(os.environ if env is None else env)
         if rank is None:
             rank = f"pid{os.getpid()}"
             warning = (f"--out has {{rank}} but none of {', '.join(RANK_VARIABLES)} is set; "
                        f"using '{rank}'")
-        text = text.replace("{rank}", rank)
+        text = text.replace("{rank}", str(rank))
     text = text.replace("{pid}", str(os.getpid()))
     return Path(text), warning
 

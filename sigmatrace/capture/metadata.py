@@ -10,10 +10,9 @@ from functools import lru_cache
 from pathlib import Path
 
 from .. import __version__
+from ..trace.ranks import kept_env, rank_from_env
 from ..trace.writer import make_dir, write_json
 
-RANK_ENV = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "OMPI_COMM_WORLD_RANK", "PMI_RANK", "SLURM_PROCID",
-            "CUDA_VISIBLE_DEVICES")
 _VERSION_RE = re.compile(r"\.so\.(\d+(?:\.\d+)+)$")  # libibverbs.so.1.14.44.0 -> 1.14.44.0
 
 
@@ -103,7 +102,7 @@ class SessionMeta:
 
     def finish(self, status: str, **extra) -> None:
         self.data["status"] = status
-        self.data["ended_ns"] = time.time_ns()
+        self.data.setdefault("ended_ns", time.time_ns())  # when tracing ended: a later call only adds
         self.data.update(extra)
         self.write()
 
@@ -119,12 +118,13 @@ class ProcessMeta:
         env = _environ(pid)
         self.data = {
             "pid": pid,
-            "ppid": _ppid(pid),
+            "ppid": ppid_of(pid),
             "exe": _readlink(f"/proc/{pid}/exe"),
             "argv": argv if argv is not None else _cmdline(pid),
             "host": socket.gethostname(),
             "started_ns": time.time_ns(),
-            "env": {k: env[k] for k in RANK_ENV if k in env},
+            "env": kept_env(env),
+            "rank": rank_from_env(env),
             "attached": attached,
             "libraries": [],
         }
@@ -163,7 +163,8 @@ def _cmdline(pid: int) -> list[str]:
     return [a.decode(errors="replace") for a in raw.split(b"\0")[:-1]]
 
 
-def _ppid(pid: int) -> int | None:
+def ppid_of(pid: int) -> int | None:
+    """The parent of a live process (None when it is gone)."""
     try:
         stat = Path(f"/proc/{pid}/stat").read_text()
         return int(stat.rsplit(")", 1)[1].split()[1])

@@ -63,7 +63,7 @@ class RichUI(CaptureUI):
         self.console.print(f"[dim]sigmatrace:[/] {text}", highlight=False, soft_wrap=True)
 
     def process_started(self, pid, argv, proc_dir):
-        self.console.print(f"[dim]sigmatrace:[/] tracing pid {pid} [dim]({' '.join(argv[:4])}) -> {proc_dir}[/]",
+        self.console.print(f"[dim]sigmatrace:[/] tracing pid {pid} [dim]({' '.join(argv)}) -> {proc_dir}[/]",
                            highlight=False, soft_wrap=True)
 
     def hooks(self, pid, provider, installed, failed):

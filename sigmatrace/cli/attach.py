@@ -7,7 +7,8 @@ import typer
 from typing_extensions import Annotated
 
 from .options import (DebugDirOpt, DoorbellsOpt, LiveOpt, ModeOpt, NoDoorbellsOpt, OutOpt, ProvidersOpt,
-                      RepeaterCpusOpt, RingOpt, WqeBatchOpt, capture_options, doorbell_options, with_live)
+                      RepeaterCpusOpt, RingOpt, WqeBatchOpt, capture_options, doorbell_options, positive_seconds,
+                      with_live)
 from ..capture.config import DEFAULT_RING_RECORDS, Mode
 
 HELP = """Trace the running process PID until Ctrl-C or --duration; then every hook is removed and the process runs on as before. Needs the right to ptrace PID (its owner, or root). Verbs contexts and QPs made before the attach are found and reported as such."""
@@ -17,7 +18,7 @@ def register(app: typer.Typer) -> None:
     @app.command("attach", help=HELP)
     def attach(
         pid: Annotated[int, typer.Option("--pid", metavar="PID", help="The process to trace.")],
-        duration: Annotated[Optional[float], typer.Option("--duration", "-d", metavar="S", help="Trace for S seconds, then detach.")] = None,
+        duration: Annotated[Optional[float], typer.Option("--duration", "-d", metavar="S", callback=positive_seconds, help="Trace for S seconds, then detach.")] = None,
         mode: ModeOpt = Mode.SIMPLE,
         providers: ProvidersOpt = None,
         out: OutOpt = None,

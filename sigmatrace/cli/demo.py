@@ -12,6 +12,8 @@ from typing import Optional
 import typer
 from typing_extensions import Annotated
 
+from .options import out_path
+
 HELP = """Run an example under the tracer on the emulated NIC, keep the trace in DIR and print its report.
 
 gda (default): a GPU-initiated RDMA program in the manner of NVSHMEM's IBGDA: queues in GPU memory built with mlx5dv devx, GPU threads that write WQEs and ring the NIC doorbell themselves. Invisible to host-side tracing; sigmatrace substitutes the doorbell page, forwards every doorbell and recovers every WQE. Without a GPU, CPU threads run the same GPU code on a CUDA driver test double.
@@ -147,7 +149,7 @@ def register(app: typer.Typer) -> None:
     @app.command("demo", help=HELP)
     def demo(
         which: Annotated[str, typer.Argument(metavar="[gda|cxi]", help="Which example (default gda).")] = "gda",
-        out: Annotated[Optional[Path], typer.Option("--out", "-o", metavar="DIR", help="Where to keep the trace (default ./sigmatrace-gda-demo-<time>).")] = None,
+        out: Annotated[Optional[str], typer.Option("--out", "-o", metavar="DIR", callback=out_path, help="Where to keep the trace (default ./sigmatrace-gda-demo-<time>).")] = None,
         iters: Annotated[int, typer.Option("--iters", "-n", metavar="N", min=1, help="Operations of each kind per QP.")] = 500,
         backend: Annotated[str, typer.Option("--backend", metavar="auto|gpu|cpu", help="gda: CUDA kernels or the CPU stand-in (auto: a GPU if there is one).")] = "auto",
         quiet: Annotated[bool, typer.Option("--quiet", "-q", help="Only the report.")] = False,

@@ -68,19 +68,36 @@ for _name in COMMAND_MODULES:
         importlib.import_module(f"{__package__}.{_name}").register(app)
 
 
+def _say_error(text: str) -> None:
+    Console(stderr=True).print(f"[bold red]sigmatrace: error:[/] {text}", highlight=False, soft_wrap=True)
+
+
 def main() -> None:
-    """Run the CLI; our own errors become one line on stderr (a traceback only with --debug)."""
+    """Run the CLI; errors, ours and the command line's, become one line on stderr (a traceback
+    only with --debug).  Exit status: see sigmatrace/errors.py (2: the command line is wrong,
+    1: the command could not do its job)."""
     if "--debug" in sys.argv[1:]:
         _state["debug"] = True
     try:
-        app()
+        code = app(standalone_mode=False)
     except SigmatraceError as e:
         if debug_enabled():
             raise
-        Console(stderr=True).print(f"[bold red]sigmatrace: error:[/] {e.one_line()}", highlight=False, soft_wrap=True)
+        _say_error(e.one_line())
         sys.exit(e.exit_code)
+    except typer.TyperException as e:  # the command line's own errors: unknown option, bad value, ...
+        if type(e).__name__ == "NoArgsIsHelpError":
+            e.show()  # a command given nothing: its help
+        else:
+            ctx = getattr(e, "ctx", None)
+            hint = f" (see {ctx.command_path} --help)" if ctx is not None else ""
+            _say_error(e.format_message() + hint)
+        sys.exit(e.exit_code)
+    except typer.Abort:
+        sys.exit(1)
     except KeyboardInterrupt:
         sys.exit(130)
+    sys.exit(code if isinstance(code, int) else 0)
 
 
 if __name__ == "__main__":

@@ -1,6 +1,7 @@
 """Options shared by the capture commands (spawn, attach; demo and top reuse them), declared once."""
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import List, Optional
 
@@ -8,6 +9,7 @@ import typer
 from typing_extensions import Annotated
 
 from ..capture.config import ALL_PROVIDERS, CaptureOptions, Mode, parse_providers
+from ..trace.ranks import RANK_VARIABLES
 
 ModeOpt = Annotated[Mode, typer.Option(
     "--mode", "-m", case_sensitive=False,
@@ -17,10 +19,29 @@ ProvidersOpt = Annotated[Optional[str], typer.Option(
     "--providers", "-p", metavar="LIST",
     help=f"Comma-separated layers to hook ({', '.join(ALL_PROVIDERS)}); default: every one found. "
          "An omitted provider installs no hook.")]
-OutOpt = Annotated[Optional[Path], typer.Option(
-    "--out", "-o", metavar="DIR",
-    help="Trace directory to create (owner-only). {rank} expands from RANK / OMPI_COMM_WORLD_RANK / "
-         "PMI_RANK / SLURM_PROCID / LOCAL_RANK. Default: ./sigmatrace-<program>-<time>.")]
+
+
+def positive_seconds(value: float | None) -> float | None:
+    """--duration S: a positive, finite number of seconds (0, a negative, nan or inf would trace
+    forever, stop at once or until the target ends)."""
+    if value is not None and not (math.isfinite(value) and value > 0):
+        raise typer.BadParameter(f"{value:g} is not a positive number of seconds")
+    return value
+
+
+def out_path(value: str | None) -> Path | None:
+    """--out DIR as a path; an empty DIR is refused (as a path it would be the current directory)."""
+    if value is None:
+        return None
+    if not value.strip():
+        raise typer.BadParameter("an empty name is not a directory", param_hint="'--out'")
+    return Path(value)
+
+
+OutOpt = Annotated[Optional[str], typer.Option(
+    "--out", "-o", metavar="DIR", callback=out_path,
+    help="Trace directory to create (owner-only), or an empty one. {rank} expands from "
+         f"{' / '.join(RANK_VARIABLES)}. Default: ./sigmatrace-<program>-<time>.")]
 RingOpt = Annotated[int, typer.Option(
     "--ring-records", metavar="N", hidden=True,
     help="Records buffered per recording thread (a power of two).")]

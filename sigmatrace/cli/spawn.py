@@ -7,7 +7,8 @@ import typer
 from typing_extensions import Annotated
 
 from .options import (DebugDirOpt, DoorbellsOpt, LiveOpt, ModeOpt, NoDoorbellsOpt, OutOpt, ProvidersOpt,
-                      RepeaterCpusOpt, RingOpt, WqeBatchOpt, capture_options, doorbell_options, with_live)
+                      RepeaterCpusOpt, RingOpt, WqeBatchOpt, capture_options, doorbell_options, positive_seconds,
+                      with_live)
 from ..capture.config import DEFAULT_RING_RECORDS, Mode
 
 HELP = """Start PROGRAM under the tracer and record its RDMA activity.
@@ -28,7 +29,7 @@ def register(app: typer.Typer) -> None:
         providers: ProvidersOpt = None,
         out: OutOpt = None,
         no_children: Annotated[bool, typer.Option("--no-children", help="Do not trace programs the target starts.")] = False,
-        duration: Annotated[Optional[float], typer.Option("--duration", "-d", metavar="S", help="Stop tracing after S seconds (the program runs on).")] = None,
+        duration: Annotated[Optional[float], typer.Option("--duration", "-d", metavar="S", callback=positive_seconds, help="Stop tracing after S seconds (the program runs on).")] = None,
         ring_records: RingOpt = DEFAULT_RING_RECORDS,
         doorbells: DoorbellsOpt = "wqe",
         no_doorbells: NoDoorbellsOpt = False,

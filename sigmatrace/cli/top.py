@@ -15,7 +15,7 @@ from typing_extensions import Annotated
 
 from ..capture.config import Mode
 from ..errors import UsageError
-from .options import DoorbellsOpt, ModeOpt, NoDoorbellsOpt, ProvidersOpt, RepeaterCpusOpt, WqeBatchOpt
+from .options import DoorbellsOpt, ModeOpt, NoDoorbellsOpt, ProvidersOpt, RepeaterCpusOpt, WqeBatchOpt, out_path
 
 HELP = """Watch a running program's RDMA traffic live: doorbells per QP and GPU, operations and bytes by opcode, top peers, WQE-recovery lag, repeaters, drops, and what the tracer covers.
 
@@ -33,8 +33,8 @@ def top(
         "session (spawn, attach) is writing.")] = None,
     mode: ModeOpt = Mode.AGGREGATE,
     providers: ProvidersOpt = None,
-    out: Annotated[Optional[Path], typer.Option(
-        "--out", "-o", metavar="DIR", help="Keep the trace in DIR (created owner-only; {rank} expands as for "
+    out: Annotated[Optional[str], typer.Option(
+        "--out", "-o", metavar="DIR", callback=out_path, help="Keep the trace in DIR (created owner-only; {rank} expands as for "
         "spawn). Default: a private temporary directory, removed when top ends.")] = None,
     doorbells: DoorbellsOpt = "wqe",
     no_doorbells: NoDoorbellsOpt = False,
@@ -57,8 +57,9 @@ def _watch(trace: Path, opts) -> None:
     from ..dashboard.app import Dashboard
     from ..dashboard.source import LiveSource
 
-    if not trace.is_dir():
-        raise UsageError(f"{trace}: no such trace directory")
+    from ..trace.reader import TraceDir
+
+    TraceDir(trace)  # a missing directory, or one that is not a trace: one line, as `report` says it
     with LiveSource(trace) as source:
         Dashboard(source, options=opts, should_stop=_end_when_finished).run()
 

@@ -15,12 +15,12 @@ import numpy as np
 from ..errors import TraceFormatError
 from ..trace import format as fmt
 from ..trace import live as lv
+from ..trace.ranks import rank_from_env
 from ..trace.reader import Problem, ProcessTrace, StreamFile, TraceDir
 from . import ops as O
 from .clock import CalibPoint, ClockModel
 from .progress import SILENT, Progress
 
-RANK_VARIABLES = ("RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK", "SLURM_PROCID")
 MODES = {lv.Mode.AGGREGATE: "aggregate", lv.Mode.SIMPLE: "simple", lv.Mode.FULL: "full"}
 DOORBELL_MODES = {lv.DoorbellMode.OFF: "off", lv.DoorbellMode.FORWARD: "forward", lv.DoorbellMode.WQE: "wqe"}
 
@@ -142,12 +142,10 @@ class TraceSet:
             str((td.session or {}).get("mode", "unknown"))
         dbm = DOORBELL_MODES.get(int(live.header["doorbell_mode"]), "off") if live is not None else \
             str((td.session or {}).get("doorbells", "off"))
-        env = pt.meta.get("env") or {}
-        rank = None
-        for k in RANK_VARIABLES:
-            if str(env.get(k, "")).isdigit():
-                rank = int(env[k])
-                break
+        rank = pt.meta.get("rank")  # recorded by the controller; older traces: from the environment
+        if not isinstance(rank, int) or isinstance(rank, bool):
+            env = pt.meta.get("env")
+            rank = rank_from_env(env) if isinstance(env, dict) else None
         streams = []
         for sf in pt.streams():
             streams.append(StreamInfo(len(streams), sf.path, sf.header.tid, sf.header.name, sf.header.clock, sf.n_records))

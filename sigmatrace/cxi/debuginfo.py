@@ -13,7 +13,14 @@ import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from elftools.common.exceptions import DWARFError, ELFError
+from elftools.construct import ConstructError
 from elftools.elf.elffile import ELFFile
+
+# What reading a file that is not ELF, or whose headers or DWARF are malformed, raises: pyelftools
+# wraps most decoding errors in its own (ELFError, DWARFError, construct's ConstructError), not
+# all of them (a bad offset or form code surfaces as ValueError, KeyError or IndexError).
+BAD_ELF = (OSError, ELFError, DWARFError, ConstructError, ValueError, KeyError, IndexError)
 
 SYSTEM_DEBUG_DIR = Path("/usr/lib/debug")
 
@@ -33,7 +40,7 @@ class ElfImage:
         f = open(path, "rb")
         try:
             elf = ELFFile(f)
-        except Exception:
+        except BaseException:  # not ours to judge: close the file, whatever went wrong, and pass it on
             f.close()
             raise
         img = cls(Path(path), elf, f)
@@ -150,7 +157,7 @@ def find_debug_info(image: ElfImage, debug_dirs: list[str | os.PathLike] = ()) -
 def _matches_build_id(path: Path, bid: str) -> bool:
     try:
         img = ElfImage.open(path)
-    except Exception:
+    except BAD_ELF:
         return False
     try:
         return img.build_id == bid and img.has_dwarf()

@@ -58,6 +58,8 @@ _PT_REGS = {"rax": "ax", "rbx": "bx", "rcx": "cx", "rdx": "dx", "rsi": "si", "rd
             "rbp": "bp", **{f"r{i}": f"r{i}" for i in range(8, 16)}}
 
 DEFAULT_MAX_SLOTS = 64
+# where bcc makes (and removes) uprobe entries when it cannot attach through perf alone
+TRACEFS_UPROBE_EVENTS = ("/sys/kernel/tracing/uprobe_events", "/sys/kernel/debug/tracing/uprobe_events")
 DEFAULT_PAGE_CNT = 1024       # per CPU: 4 MiB of perf buffer (~60k commands of slack)
 DEFAULT_WAKEUP_EVENTS = 64    # wake the reader every 64 events (1 throttles it to ~76k/s)
 
@@ -219,7 +221,7 @@ class ProbeProgram:
                     try:
                         self._final_counters = self.counters()
                         self._final_emits = self.emit_hits()
-                    except Exception:
+                    except (KeyError, IndexError, OSError):  # bcc: a map that cannot be read any more
                         self._final_counters, self._final_emits = {n: 0 for n in COUNTERS}, {}
                     self._detach_all()
                     self._closed = True
@@ -233,10 +235,13 @@ class ProbeProgram:
         the event it also removes a tracefs entry, which fails where tracefs is not mounted):
         an error here must not leave a probe attached, nor escape into the controller's exit."""
         lib = _bcc().lib
+        # without tracefs bcc made no entry, and removing one would only print its failure
+        tracefs = any(os.path.exists(p) for p in TRACEFS_UPROBE_EVENTS)
         for ev_name, fd in list(self.bpf.uprobe_fds.items()):
             if lib.bpf_close_perf_event_fd(fd) < 0:
                 self.errors.append(f"closing the uprobe {ev_name.decode(errors='replace')} failed")
-            lib.bpf_detach_uprobe(ev_name)  # a tracefs entry, where bcc had to make one
+            if tracefs:
+                lib.bpf_detach_uprobe(ev_name)  # a tracefs entry, where bcc had to make one
             self.bpf._del_uprobe_fd(ev_name)
         try:
             self.bpf.cleanup()

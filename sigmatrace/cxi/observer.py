@@ -14,26 +14,28 @@ import os
 import threading
 from pathlib import Path
 
-from rich.console import Console
-
+from ..capture.ui import CaptureUI
 from ..errors import SigmatraceError
 
 
 class CxiObserver:
-    def __init__(self, options, out: Path, explicit: bool, console: Console | None = None):
+    """Says what it does through the controller's UI (capture/ui.py), so that --quiet, --live and
+    the tests' silent UI apply to it as to the rest of the session."""
+
+    def __init__(self, options, out: Path, explicit: bool, ui: CaptureUI | None = None):
         self.options = options
         self.out = Path(out)
         self.explicit = explicit
         self.debug_dirs = [str(d) for d in getattr(options, "debug_dirs", None) or []]
         self.providers: dict = {}  # pid -> CxiProvider
-        self._console = console or Console(stderr=True)
+        self.ui = ui or CaptureUI()
         self._lock = threading.Lock()
 
     def _say(self, level: str, text: str) -> None:
         if level == "warning":
-            self._console.print(f"[yellow]sigmatrace: warning:[/] {text}", highlight=False, soft_wrap=True)
+            self.ui.warning(text)
         else:
-            self._console.print(f"[dim]sigmatrace:[/] {text}", highlight=False, soft_wrap=True)
+            self.ui.status(text)
 
     def process_started(self, pid: int, proc_dir: Path) -> None:
         with self._lock:
@@ -77,7 +79,7 @@ class CxiObserver:
                                      f"(see {p.proc_dir / 'cxi.json'} counters)")
 
 
-def make_observer(options, out: Path):
+def make_observer(options, out: Path, ui: CaptureUI | None = None):
     """A CxiObserver when the cxi provider was asked for (or is chosen by default and can run)."""
     if "cxi" not in options.external_providers():
         return None
@@ -92,7 +94,7 @@ def make_observer(options, out: Path):
         raise SigmatraceError(f"the cxi provider needs the Python module(s) {', '.join(missing)}",
                               hint="run scripts/setup.sh (Debian's python3-bpfcc for bcc; pip install capstone), "
                                    "or drop cxi from --providers")
-    return CxiObserver(options, out, explicit)
+    return CxiObserver(options, out, explicit, ui)
 
 
 def _missing_modules() -> list[str]:

@@ -28,7 +28,7 @@ import numpy as np
 from ..trace.reader import StreamFile
 from ..trace.writer import make_dir, write_json
 from . import records as rec
-from .debuginfo import ElfImage, find_debug_info, missing_dwarf_advice
+from .debuginfo import BAD_ELF, ElfImage, find_debug_info, missing_dwarf_advice
 from .loader import COUNTERS, ProbeError, ProbeProgram
 from .needed import needed_closure
 from .placement import ProbePoint, Unplaced, place
@@ -244,7 +244,7 @@ class CxiProvider:
             return
         try:
             image = ElfImage.open(path)
-        except Exception:
+        except BAD_ELF:
             out.status = "not-elf"
             return
         try:
@@ -463,6 +463,6 @@ def _mentions_sites(dwarf_path) -> bool:
                 data = sec.data()
                 if any(m in data for m in SITE_MARKERS):
                     return True
-    except Exception:
+    except BAD_ELF:
         return True  # let the full scan decide
     return False

@@ -21,6 +21,8 @@ from elftools.dwarf.locationlists import LocationEntry, LocationExpr, LocationPa
 from elftools.dwarf.ranges import BaseAddressEntry, RangeEntry
 from elftools.elf.elffile import ELFFile
 
+from .debuginfo import BAD_ELF
+
 RING_FUNCTIONS = ("cxi_cq_ring",)
 EMIT_PREFIX = "cxi_cq_emit_"
 QUEUE_STRUCT = "cxi_cq"
@@ -272,7 +274,7 @@ class _Walker:
                 return []
             try:
                 loc = self._ll.parse_from_attribute(attr, self._cu.header["version"], child)
-            except Exception:
+            except BAD_ELF:  # a location list we cannot decode: the parameter's place is unknown
                 return []
             if isinstance(loc, LocationExpr):
                 reg = self._register(loc.loc_expr)

@@ -224,7 +224,7 @@ def render(report: dict, console) -> None:
     head = Table.grid(padding=(0, 2))
     head.add_row("trace", report.get("trace", ""))
     head.add_row("mode", str(report.get("mode")), )
-    head.add_row("processes", ", ".join(f"{p['dir']} ({' '.join((p.get('argv') or [])[:3])})" for p in report.get("processes", [])))
+    head.add_row("processes", ", ".join(f"{p['dir']} ({' '.join(p.get('argv') or [])})" for p in report.get("processes", [])))
     head.add_row("coverage", cov_text)
     providers = report.get("providers", {})
     if providers:

@@ -145,6 +145,79 @@ def test_kill_controller(tmp_path, verbs_loop):
     assert int(h["end_tsc"]) > int(h["start_tsc"]) and int(h["state"]) == lv.State.CONTROLLER_LOST
 
 
+def _session(trace: Path) -> dict:
+    return json.loads((trace / "session.json").read_text())
+
+
+def test_sigterm_finishes_a_spawn_trace(tmp_path, verbs_loop):
+    """SIGTERM to `sigmatrace spawn` (from `timeout`, a scheduler, `kill`) is Ctrl-C: tracing
+    stops and the trace is finished at once, the signal goes on to the program, and a program that
+    ignores it runs on to its end with correct results."""
+    env = simnic_env()
+    iters = 6000  # about 7 s at 1 ms per iteration
+    ctl = start_cmd([*sigmatrace_cmd(), "spawn", "-q", "--mode", "full", "--out", str(tmp_path / "t"), "--",
+                     "/bin/sh", "-c", 'trap "" TERM; exec "$0" "$@"', str(verbs_loop), "--iters", str(iters),
+                     "--pause-us", "1000"], env=env)
+    try:
+        pid, _ = wait_ready(ctl)
+        time.sleep(1.0)
+        os.kill(ctl.pid, signal.SIGTERM)  # the controller only
+        deadline = time.time() + 30
+        while _session(tmp_path / "t")["status"] == "running" and time.time() < deadline:
+            time.sleep(0.05)
+        session = _session(tmp_path / "t")
+        assert Path(f"/proc/{pid}").exists()  # finished while the program still runs
+        out, err, rc = wait_cmd(ctl, timeout=120)
+    finally:
+        if ctl.poll() is None:
+            os.killpg(ctl.pid, signal.SIGKILL)
+    assert session["status"] == "interrupted" and session["ended_ns"] > session["started_ns"]
+    assert rc == 0, err  # the program's status, which ignored the SIGTERM
+    result = json.loads(out.strip().splitlines()[-1])
+    assert result == {"iters": iters, "verified": iters, "send_completions": iters, "recv_completions": iters}
+    assert _session(tmp_path / "t")["exit_code"] == 0
+    assert _session(tmp_path / "t")["ended_ns"] == session["ended_ns"]  # when tracing ended
+    r = report(tmp_path / "t")
+    assert r["status"] == "interrupted" and r["problems"] == [] and r["drops"] == 0
+    sends = records_of(tmp_path / "t", fmt.RecType.SEND_WR)
+    a, b = contiguous_range(sends["extra"])
+    assert a == 1 and 1 < b < iters and r["calls"]["ibv_post_send"] == b and r["ops"] == {"SEND": b}
+
+
+def test_sigterm_finishes_an_attach_trace(tmp_path, verbs_loop):
+    env = simnic_env()
+    iters = 4000
+    prog = subprocess.Popen([str(verbs_loop), "--iters", str(iters), "--pause-us", "1000"], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env=env, start_new_session=True)
+    try:
+        pid, _ = wait_ready(prog)
+        ctl = start_cmd([*sigmatrace_cmd(), "attach", "-q", "--pid", str(pid), "--mode", "full", "--out",
+                         str(tmp_path / "t")])
+        meta = tmp_path / "t" / f"p{pid}" / "meta.json"
+        while ctl.poll() is None and not (meta.exists() and "providers" in json.loads(meta.read_text())):
+            time.sleep(0.05)
+        time.sleep(1.0)
+        ctl.send_signal(signal.SIGTERM)
+        _, err2, rc2 = wait_cmd(ctl, timeout=60)
+        assert rc2 == 0, err2
+        out, err, rc = wait_cmd(prog, timeout=120)
+    finally:
+        if prog.poll() is None:
+            os.killpg(prog.pid, signal.SIGKILL)
+    assert rc == 0, err
+    result = json.loads(out.strip().splitlines()[-1])
+    assert result == {"iters": iters, "verified": iters, "send_completions": iters, "recv_completions": iters}
+    session = _session(tmp_path / "t")
+    assert session["status"] == "interrupted" and session["ended_ns"] > session["started_ns"]
+    r = report(tmp_path / "t")
+    assert r["status"] == "interrupted" and r["problems"] == [] and r["drops"] == 0
+    [proc] = r["processes"]
+    assert proc["state"] == "detached"
+    sends = records_of(tmp_path / "t", fmt.RecType.SEND_WR)
+    a, b = contiguous_range(sends["extra"])
+    assert 1 < a < b < iters and r["calls"]["ibv_post_send"] == b - a + 1
+
+
 LAUNCHER = r"""
 import os, subprocess, sys, time
 # a launcher in the manner of torchrun: one process per rank, RANK in the environment, started

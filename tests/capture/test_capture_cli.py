@@ -33,7 +33,8 @@ def test_unknown_provider():
 
 @pytest.mark.parametrize("env,expected", [
     ({"RANK": "3"}, "out/rank-3"), ({"OMPI_COMM_WORLD_RANK": "5"}, "out/rank-5"), ({"PMI_RANK": "2"}, "out/rank-2"),
-    ({"SLURM_PROCID": "7"}, "out/rank-7"), ({"LOCAL_RANK": "1"}, "out/rank-1"),
+    ({"SLURM_PROCID": "7"}, "out/rank-7"), ({"LOCAL_RANK": "1"}, "out/rank-1"), ({"PMIX_RANK": "6"}, "out/rank-6"),
+    ({"PMIX_RANK": "6", "LOCAL_RANK": "0"}, "out/rank-6"),
     ({"RANK": "4", "SLURM_PROCID": "9"}, "out/rank-4"),
 ])
 def test_rank_expansion(env, expected):
@@ -44,6 +45,26 @@ def test_rank_expansion(env, expected):
 def test_rank_missing_warns():
     path, warning = expand_out("out/rank-{rank}", {})
     assert str(path) == f"out/rank-pid{os.getpid()}" and "none of RANK" in warning
+
+
+@pytest.mark.parametrize("var", ["PMIX_RANK", "RANK", "SLURM_PROCID"])
+def test_rank_agrees_in_dir_name_meta_and_correlator(tmp_path, var):
+    """Under a launcher (PMIx sets only PMIX_RANK): the directory's name, meta.json's rank and the
+    rank the correlator reads back are one and the same."""
+    from sigmatrace.correlate.traceset import TraceSet
+
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK", "SLURM_PROCID", "PMIX_RANK", "LOCAL_RANK")}
+    env[var] = "3"
+    res = run_cmd([*sigmatrace_cmd(), "spawn", "-q", "--out", str(tmp_path / "run" / "rank-{rank}"), "--", "/bin/true"],
+                  env=env)
+    assert res.returncode == 0, res.stderr
+    assert [d.name for d in (tmp_path / "run").iterdir()] == ["rank-3"]
+    [meta] = (tmp_path / "run" / "rank-3").glob("p*/meta.json")
+    meta = json.loads(meta.read_text())
+    assert meta["rank"] == 3 and meta["env"][var] == "3"
+    [proc] = TraceSet([tmp_path / "run" / "rank-3"]).procs
+    assert proc.rank == 3
 
 
 def test_resolve_program(tmp_path, monkeypatch):
@@ -69,6 +90,17 @@ def test_help(cmd):
 def test_bad_mode_is_a_usage_error(tmp_path):
     res = sigmatrace("spawn", "--mode", "fast", "--out", tmp_path / "t", "--", "true")
     assert res.returncode == 2 and "fast" in res.stderr and not (tmp_path / "t").exists()
+
+
+@pytest.mark.parametrize("command", ["attach", "spawn"])
+@pytest.mark.parametrize("duration", ["0", "-1", "nan", "inf", "-0.5"])
+def test_duration_must_be_a_positive_number(tmp_path, command, duration):
+    """0 traced forever, nan until the target exited, -1 detached at once: refused before anything starts."""
+    target = ["--pid", str(os.getpid())] if command == "attach" else ["--", "/bin/true"]
+    args = ["--duration=" + duration, "--out", tmp_path / "t"]
+    res = sigmatrace(command, *(args + target if command == "attach" else args + target))
+    assert res.returncode == 2 and "is not a positive number of seconds" in res.stderr, res.stderr
+    assert not (tmp_path / "t").exists()
 
 
 def test_program_not_found(tmp_path):
@@ -151,6 +183,20 @@ def test_program_without_verbs_gives_valid_empty_trace(tmp_path):
     assert "No hooks were installed" in human
 
 
+def test_the_programs_argv_is_shown_whole(tmp_path):
+    """`ibv_rc_pingpong -p 18515 -n 500` was shown as "ibv_rc_pingpong -p 18515" in the report and
+    "... -n" in the progress line."""
+    t = tmp_path / "t"
+    argv = ["/bin/echo", "-p", "18515", "-n", "500"]
+    env = dict(os.environ, COLUMNS="200")
+    res = run_cmd([*sigmatrace_cmd(), "spawn", "--out", str(t), "--", *argv], env=env, check=True)
+    [pdir] = [d.name for d in t.iterdir() if d.is_dir()]
+    assert f"tracing pid {pdir[1:]} (/bin/echo -p 18515 -n 500) -> " in res.stderr
+    human = run_cmd([*sigmatrace_cmd(), "report", str(t)], env=env, check=True).stdout
+    assert f"{pdir} (/bin/echo -p 18515 -n 500)" in human
+    assert report(t)["processes"][0]["argv"] == argv
+
+
 def test_report_not_a_trace(tmp_path):
     res = sigmatrace("report", tmp_path)
     assert res.returncode == 1 and "not a sigmatrace trace" in res.stderr
@@ -228,6 +274,29 @@ def test_sigterm_reaches_the_program(tmp_path):
             os.killpg(p.pid, 9)
     assert p.returncode == 128 + 15, (err, (tmp_path / "t" / "session.json").read_text())
     assert json.loads((tmp_path / "t" / "session.json").read_text())["exit_code"] == -15
+
+
+def test_sigterm_after_the_duration_still_gets_the_programs_status(tmp_path):
+    """Tracing ended (--duration) and the trace is finished while the program runs on; a SIGTERM
+    then goes on to the program and sigmatrace still exits with its status."""
+    t = tmp_path / "t"
+    p = subprocess.Popen([*sigmatrace_cmd(), "spawn", "-q", "--duration", "0.5", "--out", str(t), "--", "/bin/sleep", "30"],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        deadline = time.time() + 30
+        while time.time() < deadline and not (
+                (t / "session.json").exists() and json.loads((t / "session.json").read_text())["status"] != "running"):
+            time.sleep(0.05)
+        session = json.loads((t / "session.json").read_text())
+        assert session["status"] == "detached" and "ended_ns" in session and p.poll() is None
+        p.terminate()
+        out, err = p.communicate(timeout=30)
+    finally:
+        if p.poll() is None:
+            os.killpg(p.pid, 9)
+    assert p.returncode == 128 + 15, err
+    final = json.loads((t / "session.json").read_text())
+    assert final["exit_code"] == -15 and final["ended_ns"] == session["ended_ns"]
 
 
 def test_static_program_runs_untraced_with_its_status(tmp_path):

@@ -46,6 +46,18 @@ def test_cli_spawn(tmp_path):
     assert tracefs_uprobes() == []
 
 
+def test_quiet_silences_the_cxi_provider(tmp_path):
+    """Its progress goes through the controller's UI: --quiet silences it like the rest."""
+    argv = demo.argv_for({"puts": 2})
+    loud = subprocess.run(CLI + ["spawn", "--providers", "cxi", "--out", str(tmp_path / "loud"), "--"] + argv,
+                          capture_output=True, text=True, timeout=120)
+    assert loud.returncode == 0 and "cxi: 5 doorbell sites probed" in loud.stderr, loud.stderr
+    quiet = subprocess.run(CLI + ["spawn", "--quiet", "--providers", "cxi", "--out", str(tmp_path / "quiet"), "--"]
+                           + argv, capture_output=True, text=True, timeout=120)
+    assert quiet.returncode == 0 and quiet.stderr == "", quiet.stderr
+    assert _report(tmp_path / "quiet")["cxi_doorbells"] == _report(tmp_path / "loud")["cxi_doorbells"] == 2
+
+
 def test_cli_attach(tmp_path):
     out = tmp_path / "trace"
     p = start_waiting(demo.argv_for(MIX, plugin_wait_ms=1000))

@@ -30,7 +30,7 @@ def test_program_without_dwarf_says_so_and_libraries_are_still_traced(tmp_path, 
     argv = _argv(lib["demo_nodebug"], MIX)
     traced = launch.spawn(argv, tmp_path, on_message=lambda level, text: said.append((level, text)))
     traced.wait(60)
-    summary = launch.finish(traced, tmp_path, "spawn", argv)
+    summary = launch.finish(traced)
     warnings = [t for level, t in said if level == "warning"]
     assert len(warnings) == 1, said
     assert lib["demo_nodebug"] in warnings[0] and "has no DWARF" in warnings[0]
@@ -68,7 +68,7 @@ def test_stripped_library_with_debug_info_by_build_id(tmp_path, lib, stripped_op
     argv = _argv(lib["demo"], MIX)
     traced = launch.spawn(argv, tmp_path / "t", env=env, debug_dirs=[dbg])
     traced.wait(60)
-    summary = launch.finish(traced, tmp_path / "t", "spawn", argv)
+    summary = launch.finish(traced)
     f = [f for f in summary["files"] if f["path"] == str(libdir / "libcxidemo_ops.so")][0]
     assert f["how"] == "build-id" and f["status"] == "probed" and f["ring_sites"] == 2
     assert f["dwarf"].startswith(str(dbg / ".build-id"))
@@ -84,7 +84,7 @@ def test_stripped_library_without_debug_dir_is_named(tmp_path, lib, stripped_ops
     argv = _argv(lib["demo"], MIX)
     traced = launch.spawn(argv, tmp_path / "t", env=env, on_message=lambda l, t: said.append(t))
     traced.wait(60)
-    summary = launch.finish(traced, tmp_path / "t", "spawn", argv)
+    summary = launch.finish(traced)
     assert len(said) == 1 and str(libdir / "libcxidemo_ops.so") in said[0] and "build id" in said[0]
     assert site_counts(summary) == {k: v for k, v in expected.per_site(MIX).items() if k not in LIB_SITES}
 
@@ -101,7 +101,7 @@ def test_process_killed_while_probes_attached(tmp_path, lib):
     p.wait(10)
     time.sleep(0.5)  # the provider keeps polling a process that is gone
     assert traced.provider.errors == []
-    summary = launch.finish(traced, tmp_path, "attach", p.pid, status="completed")
+    summary = launch.finish(traced, status="completed")
     got = as_commands(tmp_path / f"p{p.pid}")
     want = [c for db in expected.commands(mix) for c in db]
     assert 0 < len(got) < len(want)
@@ -136,7 +136,7 @@ except KeyboardInterrupt:
     close = traced.provider.streams.close
     traced.provider.streams.close = lambda: (time.sleep(0.5), close())
     print("stopping", flush=True)
-    summary = launch.finish(traced, sys.argv[2], "attach", int(sys.argv[1]), status="interrupted")
+    summary = launch.finish(traced, status="interrupted")
     print("stopped", traced.provider.open_uprobes, summary["counters"]["records"], flush=True)
 """
 

@@ -3,7 +3,8 @@ compared field by field with what the program issued (expected.py)."""
 from __future__ import annotations
 
 import json
-
+import os
+import subprocess
 
 from sigmatrace.cxi import demo, launch
 from sigmatrace.report.cxi import section
@@ -54,9 +55,36 @@ def test_spawn_wraps_ring(tmp_path, lib):
     argv = [lib["demo"]] + [x for k, v in BIG_MIX.items() for x in (f"--{k}", str(v))]
     traced = launch.spawn(argv, tmp_path)
     traced.wait(60)
-    launch.finish(traced, tmp_path, "spawn", argv)
+    launch.finish(traced)
     program = json.loads(traced.stdout.strip().splitlines()[-1])
     _check_trace(tmp_path, traced.pid, BIG_MIX, program)
+
+
+def _build_id(path):
+    out = subprocess.run(["readelf", "--notes", path], capture_output=True, text=True, check=True).stdout
+    return [ln.split()[-1] for ln in out.splitlines() if "Build ID:" in ln][0]
+
+
+def test_metadata_is_the_controllers(tmp_path, lib):
+    """session.json and meta.json come from the controller's own writer (capture/metadata.py):
+    every file mapped executable is a library (the program too), with its real path."""
+    argv = [lib["demo"], "--puts", "2"]
+    traced = launch.spawn(argv, tmp_path)
+    traced.wait(60)
+    launch.finish(traced)
+    session = json.loads((tmp_path / "session.json").read_text())
+    assert session["status"] == "completed" and session["ended_ns"] >= session["started_ns"]
+    assert session["process_dirs"] == {f"p{traced.pid}": traced.pid} and session["processes"] == [traced.pid]
+    assert session["controller_pid"] == os.getpid() and session["providers"] == ["cxi"]
+    meta = json.loads((tmp_path / f"p{traced.pid}" / "meta.json").read_text())
+    assert meta["pid"] == traced.pid and meta["argv"] == argv and meta["attached"] is False
+    assert meta["exe"] == os.path.realpath(lib["demo"]) and "rank" in meta
+    libs = {lib_["path"]: lib_ for lib_ in meta["libraries"]}
+    assert all(set(v) == {"path", "real_path", "build_id", "soname", "version"} for v in libs.values())
+    demo_exe = [v for p, v in libs.items() if os.path.realpath(p) == os.path.realpath(lib["demo"])]
+    assert len(demo_exe) == 1 and demo_exe[0]["build_id"] == _build_id(lib["demo"])
+    ops = [v for p, v in libs.items() if os.path.realpath(p) == os.path.realpath(lib["ops"])]
+    assert len(ops) == 1 and ops[0]["build_id"] == _build_id(lib["ops"])
 
 
 def test_attach_known_mix_exact(tmp_path, lib):
@@ -66,7 +94,7 @@ def test_attach_known_mix_exact(tmp_path, lib):
     traced = launch.attach(p.pid, tmp_path)
     assert traced.provider.open_uprobes == 10  # 5 ring + 5 emit copies mapped now; the plugin comes later
     program = go(p)
-    summary = launch.finish(traced, tmp_path, "attach", p.pid)
+    summary = launch.finish(traced)
     assert summary["counters"]["doorbells"] == program["doorbells_rung"]
     _check_trace(tmp_path, p.pid, MIX, program)
     meta = json.loads((tmp_path / f"p{p.pid}" / "meta.json").read_text())
@@ -92,7 +120,7 @@ def test_one_stream_per_thread(tmp_path):
     argv = demo.argv_for(MIX, extra=["--reduce-thread", "--json-out", str(pj)])
     traced = launch.spawn(argv, tmp_path / "t")
     traced.wait(60)
-    summary = launch.finish(traced, tmp_path / "t", "spawn", argv)
+    summary = launch.finish(traced)
     program = json.loads(pj.read_text())
     pid, tid = program["pid"], program["reduce_tid"]
     assert summary["counters"]["records"] == sum(expected.per_op(MIX).values()), summary

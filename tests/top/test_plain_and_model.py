@@ -251,7 +251,7 @@ def test_units():
 @pytest.mark.parametrize("args, rc, message", [
     (["top", "--pid", "1", "--trace", "/tmp"], 2, "give either --pid PID (attach) or --trace DIR (watch)"),
     (["top", "--pid", "999999999"], 1, "no process with pid 999999999"),
-    (["top", "--trace", "/nonexistent/trace"], 2, "/nonexistent/trace: no such trace directory"),
+    (["top", "--trace", "/nonexistent/trace"], 1, "/nonexistent/trace: no such trace directory"),
     (["top", "--trace", "/tmp", "--interval", "0"], 2, "--interval"),
 ])
 def test_bad_input_is_one_line_with_the_fix(args, rc, message):

@@ -7,6 +7,8 @@ import re
 import statistics
 import time
 
+from sigmatrace.trace.writer import write_json
+
 from .helpers import SIGMATRACE, rates_in, row, wait_for
 
 TOP = " ".join(SIGMATRACE) + " top --trace {dir}"
@@ -129,8 +131,11 @@ def test_no_rdma_libraries_says_so_without_false_zeros(tmux, generator):
 
 
 def test_stages_are_shown_as_they_are_reached(tmux, generator, tmp_path):
-    # The dashboard first, on an empty trace directory; then the process, whose stages come 4 s
-    # apart (the dashboard looks for new processes every second).
+    # The dashboard first, on a trace whose session began but has no process yet (as `spawn`
+    # writes session.json before the program starts; an empty directory is not a trace); then the
+    # process, whose stages come 4 s apart (the dashboard looks for new processes every second).
+    write_json(tmp_path / "trace" / "session.json", {"format": "sigmatrace-trace", "version": 1,
+                                                     "status": "running", "processes": []})
     _start(tmux, tmp_path / "trace")
     assert "no process traced yet" in tmux.screen()
     gen = generator("--scenario", "stages", "--stage-seconds", "4", "--doorbell-rates", "1000")
