@@ -25,6 +25,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include <sigmatrace/config_keys.h>
 #include <sigmatrace/live.h>
 #include <sigmatrace/records.h>
 
@@ -53,7 +54,7 @@ void st_calib_take(struct st_calib *out);
 double st_tsc_hz(void);
 
 /* ------------------------------------------------------------------------------------------ */
-/* Configuration (st_init's key=value lines)                                                   */
+/* Configuration (st_init's key=value lines; every key, its default and meaning: config_keys.h) */
 
 struct st_config {
     char dir[4096];          /* this process's trace directory, p<pid>/ (created if missing) */
@@ -62,15 +63,16 @@ struct st_config {
     int controller_pid;      /* watched with a pidfd; 0: no controller to watch */
     int attached;            /* 1: tracing began after the process started (attach mode) */
     uint32_t ring_records;   /* per-thread ring capacity (power of two) */
-    uint32_t wqe_batch;      /* WQE recovery: slots copied per batch */
     uint32_t flush_max_ms;   /* the idle flusher's longest sleep */
-    char repeater_cpus[256]; /* cpu list for repeater threads ("" = not pinned), e.g. "2,3" */
 };
 /* The configuration of the current (or last) session. */
 const struct st_config *st_config(void);
-/* Any key given to st_init, including ones the runtime core does not know (NULL if absent):
- * other parts may define their own keys without touching the parser. */
+/* The effective value of a key: as given to st_init, else (a tuning key) from SIGMATRACE_<KEY>,
+ * else the table's default; a key the table does not have only if given (NULL if absent).
+ * Parts that need a setting add it to config_keys.h and read it here. */
 const char *st_config_get(const char *key);
+/* The table as text (config_keys.h), read by the command line from the built library. */
+ST_EXPORT extern const char st_config_keys[];
 
 /* ------------------------------------------------------------------------------------------ */
 /* Session state                                                                               */

@@ -12,6 +12,7 @@
  *   wr      the ibv_wr_* API on a fake ibv_qp_ex: per call, one batch of RDMA_WRITE (one SGE of
  *           200 B), SEND_WITH_IMM (an SGE list of 50 + 60 B) and FETCH_AND_ADD, completed; then
  *           one batch that is aborted
+ *   config  st_init with only dir= and the lines of RING (';' separates them), then st_stop
  */
 #include <arpa/inet.h>
 #include <dlfcn.h>
@@ -218,6 +219,14 @@ int main(int argc, char **argv)
         provider_sends = wr_ops;
         provider_recvs = wr_sge_bytes;
         provider_polls = wr_completes * 1000 + wr_aborts;
+    } else if (!strcmp(scenario, "config")) {
+        char cfg[4096];
+        int n = snprintf(cfg, sizeof(cfg), "dir=%s\n", dir);
+        for (const char *c = ring; *c && n + 2 < (int)sizeof(cfg); c++)
+            cfg[n++] = *c == ';' ? '\n' : *c;
+        cfg[n] = 0;
+        hooked = st_init(cfg);
+        st_stop(1);
     } else if (!strcmp(scenario, "lost")) {
         pid_t c = fork();
         if (c == 0) {
