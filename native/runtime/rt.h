@@ -96,9 +96,11 @@ enum st_stop_reason {
 };
 
 /* Called once just before recording stops (records can still be written), from the stopping
- * thread (the agent's, the flusher on controller loss, or the exiting thread).  The hook must
- * not block for long; repeaters use it to record the WQEs they hold for their next batch, then
- * keep forwarding doorbells without recording.  Hooks stay registered across sessions.  Returns 0, or -1 if full. */
+ * thread (the agent's, the flusher on controller loss, or the exiting thread), in the order they
+ * were registered.  The hook must not block for long; the verbs hooks put every replaced slot
+ * back there (registered when the library loads), repeaters record the WQEs they hold for their
+ * next batch, then keep forwarding doorbells without recording.  Hooks stay registered across
+ * sessions.  Returns 0, or -1 if full. */
 typedef void (*st_stop_hook)(int reason, void *arg);
 int st_on_stop(st_stop_hook fn, void *arg);
 
@@ -283,14 +285,14 @@ struct st_thread *st_threads_head(void);
 int st_live_open(const char *dir, int mode, int doorbells, int attached); /* rt_live.c */
 void st_live_close(int state);            /* end calibration, state; keeps the mapping */
 void st_live_forget(void);                /* in a forked child: stop writing the parent's file */
-void st_live_publish(void);               /* flusher: header counters from thread states */
+void st_live_publish(void);               /* rt_flush.c: header counters from thread states */
 int st_cold_open(const char *dir);         /* rt_cold.c */
 void st_cold_close(void);
 uint64_t st_cold_count(void);
 uint64_t st_cold_drop_count(void);
 void st_run_stop_hooks(int reason);
-void st_verbs_restore_all(void);          /* verbs_hot.c: put every replaced slot back */
-void st_verbs_wr_restore_all(void);       /* verbs_wr.c: the same for ibv_qp_ex functions */
+void st_verbs_wr_restore_all(void);       /* verbs_wr.c: put every replaced ibv_qp_ex function back
+                                             (verbs_hot.c's stop hook restores both kinds) */
 uint32_t st_gettid(void);
 
 #endif

@@ -360,11 +360,11 @@ static void st_stop_locked(int reason)
     if (!st_g.gen)
         return;
     /* stop hooks run while recording is still on, so what they account for (the WQEs a
-     * repeater holds for its next batch) is recorded, not only counted */
+     * repeater holds for its next batch) is recorded, not only counted; the verbs hooks put
+     * the replaced slots back there */
     st_run_stop_hooks(reason);
+    /* hooks that are still reached stop recording; repeaters keep forwarding */
     __atomic_store_n(&st_g.gen, 0, __ATOMIC_RELEASE);
-    /* hooks stop recording and repeaters keep forwarding; slots go back to the originals */
-    st_verbs_restore_all();
     /* let a thread that was inside a hook finish its record before the final drain */
     if (reason != ST_STOP_EXIT)
         usleep(2000);
