@@ -43,7 +43,12 @@ void db_error(const char *where, const char *fmt, ...)
 
 /* The effective value (config_keys.h): given, else SIGMATRACE_<KEY>, else the table's default. */
 const char *db_config(const char *key) { return st_config_get(key); }
-struct st_live_qp *db_live_qp(uint32_t qpn, uint32_t flags) { return st_live_qp(qpn, 1, flags); }
+/* the doorbell path keeps its QP slots for the life of the process */
+struct st_live_qp *db_live_qp(uint32_t qpn, uint32_t flags)
+{
+    st_live_hold();
+    return st_live_qp(qpn, 1, flags);
+}
 int db_live_repeater_alloc(void) { return st_live_repeater_alloc(); }
 struct st_live_repeater *db_live_repeater(int index) { return st_live_repeater(index); }
 void db_thread_name(const char *name) { st_thread_name(name); }

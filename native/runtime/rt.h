@@ -231,6 +231,11 @@ static inline struct st_live_thread *st_live_thread_self(void)
 /* The slot of QP `qpn`, made (with `flags`, enum st_qp_flags, OR-ed in) if `create`; NULL if
  * absent, or the table is full (counted), or there is no live block. */
 struct st_live_qp *st_live_qp(uint32_t qpn, int create, uint32_t flags);
+/* Slot pointers are valid for the session that made them, and stay writable (into memory nobody
+ * reads) after it: live.bin is unmapped when a session ends, its range is not.  A caller that
+ * keeps a slot pointer beyond its session (repeaters, the QPs they serve) calls st_live_hold()
+ * so the range is not reused for a later session's file (repeater slots hold it by themselves). */
+void st_live_hold(void);
 /* A new repeater slot: its index, or -1 when the table is full.  st_live_repeater(i) is the slot. */
 int st_live_repeater_alloc(void);
 struct st_live_repeater *st_live_repeater(int index);
@@ -283,7 +288,7 @@ void st_threads_forget(void);             /* in a forked child */
 void st_flush_thread(struct st_thread *t); /* rt_flush.c: drain one thread of the flushed session */
 struct st_thread *st_threads_head(void);
 int st_live_open(const char *dir, int mode, int doorbells, int attached); /* rt_live.c */
-void st_live_close(int state);            /* end calibration, state; keeps the mapping */
+void st_live_close(int state);            /* end calibration, state; unmaps the file (see rt_live.c) */
 void st_live_forget(void);                /* in a forked child: stop writing the parent's file */
 void st_live_publish(void);               /* rt_flush.c: header counters from thread states */
 int st_cold_open(const char *dir);         /* rt_cold.c */

@@ -134,7 +134,8 @@ static double st_flush_pass(uint32_t gen)
                 fullest = fill;
         }
         st_drain(t, gen);
-        if (t->gen == gen && t->live && !(st_g.live->coverage & ST_COV_RECORDS_FLOWING)) {
+        struct st_live_header *h = st_g.live;
+        if (t->gen == gen && t->live && h && !(h->coverage & ST_COV_RECORDS_FLOWING)) {
             uint64_t calls = 0;
             for (int i = 0; i < ST_LIVE_CALLS; i++)
                 calls += t->live->calls[i];
