@@ -291,6 +291,13 @@ int st_live_open(const char *dir, int mode, int doorbells, int attached); /* rt_
 void st_live_close(int state);            /* end calibration, state; unmaps the file (see rt_live.c) */
 void st_live_forget(void);                /* in a forked child: stop writing the parent's file */
 void st_live_publish(void);               /* rt_flush.c: header counters from thread states */
+int st_dirs_open(const char *dir);        /* rt_dirs.c: the trace directory and streams/, held open */
+void st_dirs_close(void);
+int st_dir_fd(void);                      /* the session's trace directory (-1 outside a session) */
+int st_streams_fd(void);                  /* its streams/ */
+/* Create `name` in `dirfd` for this session: O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600,
+ * plus `flags`.  -1 with errno as open's; a link or other non-file planted there is reported. */
+int st_create_file(int dirfd, const char *name, int flags);
 int st_cold_open(const char *dir);         /* rt_cold.c */
 void st_cold_close(void);
 uint64_t st_cold_count(void);

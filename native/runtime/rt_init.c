@@ -8,7 +8,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -270,23 +269,6 @@ void st_run_stop_hooks(int reason)
 
 /* ---- session ---- */
 
-static int st_mkdir_p(const char *dir)
-{
-    char tmp[4200];
-    snprintf(tmp, sizeof(tmp), "%s", dir);
-    for (char *p = tmp + 1; *p; p++) {
-        if (*p == '/') {
-            *p = 0;
-            if (mkdir(tmp, 0700) != 0 && errno != EEXIST)
-                return -1;
-            *p = '/';
-        }
-    }
-    if (mkdir(tmp, 0700) != 0 && errno != EEXIST)
-        return -1;
-    return 0;
-}
-
 static void st_atfork_child(void);
 
 ST_EXPORT int st_init(const char *config)
@@ -304,22 +286,21 @@ ST_EXPORT int st_init(const char *config)
         st_error("init", "%s", err);
         return -EINVAL;
     }
-    char streams[4200];
-    snprintf(streams, sizeof(streams), "%s/streams", st_cfg.dir);
-    if (st_mkdir_p(streams) != 0) {
-        int e = errno;
+    int rc = st_dirs_open(st_cfg.dir);
+    if (rc != 0) {
         pthread_mutex_unlock(&st_session_lock);
-        st_error("init", "cannot create %s: %s", streams, strerror(e));
-        return -e;
+        return rc;
     }
     if (st_cold_open(st_cfg.dir) != 0) {
         int e = errno;
+        st_dirs_close();
         pthread_mutex_unlock(&st_session_lock);
         st_error("init", "cannot create %s/cold.jsonl: %s", st_cfg.dir, strerror(e));
         return -e;
     }
     if (st_live_open(st_cfg.dir, st_cfg.mode, st_cfg.doorbells, st_cfg.attached) != 0) {
         st_cold_close();
+        st_dirs_close();
         pthread_mutex_unlock(&st_session_lock);
         return -EIO;
     }
@@ -339,6 +320,7 @@ ST_EXPORT int st_init(const char *config)
         __atomic_store_n(&st_g.gen, 0, __ATOMIC_RELEASE);
         st_live_close(ST_STATE_DETACHED);
         st_cold_close();
+        st_dirs_close();
         pthread_mutex_unlock(&st_session_lock);
         return -EAGAIN;
     }
@@ -377,6 +359,7 @@ static void st_stop_locked(int reason)
                   : reason == ST_STOP_EXIT          ? ST_STATE_EXITED
                                                     : ST_STATE_DETACHED);
     st_cold_close();
+    st_dirs_close();
 }
 
 ST_EXPORT void st_stop(int reason)
@@ -408,6 +391,7 @@ static void st_atfork_child(void)
     st_flusher_forget();
     st_threads_forget();
     st_cold_close();
+    st_dirs_close();
     st_live_forget();
 }
 

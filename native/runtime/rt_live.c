@@ -31,7 +31,7 @@ int st_live_open(const char *dir, int mode, int doorbells, int attached)
 {
     char path[4200];
     snprintf(path, sizeof(path), "%s/live.bin", dir);
-    int fd = open(path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+    int fd = st_create_file(st_dir_fd(), "live.bin", O_RDWR);
     if (fd < 0) {
         st_error("live", "cannot create %s: %s", path, strerror(errno));
         return -1;

@@ -13,6 +13,8 @@
  *           200 B), SEND_WITH_IMM (an SGE list of 50 + 60 B) and FETCH_AND_ADD, completed; then
  *           one batch that is aborted
  *   config  st_init with only dir= and the lines of RING (';' separates them), then st_stop
+ *   planted after st_init, a symbolic link to the file RING is planted where this thread's
+ *           stream goes (DIR/streams/t<tid>.bin); this thread posts CALLS times, then st_stop
  */
 #include <arpa/inet.h>
 #include <dlfcn.h>
@@ -22,6 +24,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -227,6 +230,15 @@ int main(int argc, char **argv)
         cfg[n] = 0;
         hooked = st_init(cfg);
         st_stop(1);
+    } else if (!strcmp(scenario, "planted")) {
+        hooked = start(dir, mode, "65536", 0);
+        char link[4200];
+        snprintf(link, sizeof(link), "%s/streams/t%d.bin", dir, (int)syscall(SYS_gettid));
+        if (symlink(ring, link) != 0)
+            perror("symlink");
+        worker(NULL);
+        st_stop(1);
+        restored = ctx.ops.post_send == fake_post_send;
     } else if (!strcmp(scenario, "lost")) {
         pid_t c = fork();
         if (c == 0) {
