@@ -36,9 +36,10 @@ ST_EXPORT const char st_config_keys[] = ST_CONFIG_KEYS(ST_CONFIG_KEY_LINE);
 
 const struct st_config *st_config(void) { return &st_cfg; }
 
+/* A key given twice: the later line wins. */
 const char *st_config_get(const char *key)
 {
-    for (int i = 0; i < st_nkeys; i++)
+    for (int i = st_nkeys - 1; i >= 0; i--)
         if (strcmp(st_keys[i], key) == 0)
             return st_vals[i];
     return NULL;
@@ -98,14 +99,6 @@ static int st_parse_doorbells(const char *v)
     return -1;
 }
 
-static int st_key_index(const char *key)
-{
-    for (int i = 0; i < st_nkeys; i++)
-        if (strcmp(st_keys[i], key) == 0)
-            return i;
-    return -1;
-}
-
 static int st_add_key(const char *key, size_t kl, const char *val, size_t vl, int src, char *err, size_t errlen)
 {
     if (st_nkeys >= ST_MAX_KEYS) {
@@ -129,7 +122,7 @@ static int st_add_key(const char *key, size_t kl, const char *val, size_t vl, in
 static int st_fill_defaults(char *err, size_t errlen)
 {
 #define ST_CONFIG_FILL(name, type, dflt, scope, meaning)                                            \
-    if (st_key_index(#name) < 0) {                                                                 \
+    if (!st_config_get(#name)) {                                                                   \
         char env[96] = "SIGMATRACE_";                                                              \
         size_t n = strlen(env);                                                                    \
         for (const char *k = #name; *k && n + 1 < sizeof(env); k++)                                \

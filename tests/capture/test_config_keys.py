@@ -102,8 +102,8 @@ def test_runtime_applies_the_table(harness, tmp_path):
     ev, errors = runtime_event(harness, tmp_path / "bare", "")
     assert ev["mode"] == 1 and ev["ring_records"] == int(runtime_keys()["ring_records"].default)
     assert ev["set"] == {} and ev["env"] == {} and errors == []
-    ev, errors = runtime_event(harness, tmp_path / "given", "mode=full;ring_records=1024;wqe_batch=32;colour=red")
-    assert ev["mode"] == 2 and ev["ring_records"] == 1024
+    ev, errors = runtime_event(harness, tmp_path / "given", "mode=simple;mode=full;ring_records=1024;wqe_batch=32;colour=red")
+    assert ev["mode"] == 2 and ev["ring_records"] == 1024  # a key given twice: the later line wins
     assert ev["set"] == {"mode": "full", "ring_records": "1024", "wqe_batch": "32", "colour": "red"}
     assert [e["msg"] for e in errors] == [
         "configuration key 'colour' is not one of the runtime's (config_keys.h); ignored by the runtime core"]
