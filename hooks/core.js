@@ -36,6 +36,10 @@
  *   api.internal(fn)       run fn with the agent's own calls hidden from the cold hooks
  *   api.inside(owner)      the cold-hook nesting guard: true if a hooked call of `owner` is
  *                          already running on this thread (inner calls are not recorded)
+ *   api.coldHook(target, owner, name, {enter(args, self), leave(ret, self)})
+ *                          api.attach with that guard: enter/leave (each optional) run for the
+ *                          outermost call only, self.ts is its entry time, and an exception is
+ *                          reported as `owner:name` while the call goes on
  */
 'use strict';
 
@@ -129,6 +133,27 @@ const sigmatrace = (() => {
 
   function inside(owner) {
     return (depth.get(Process.getCurrentThreadId() + ':' + owner) || 0) > 0;
+  }
+
+  // The guarded cold hook every provider uses (see the header): one place for the nesting
+  // guard, the entry time and containing a hook's own exceptions.
+  function coldHook(target, owner, name, h) {
+    const where = owner + ':' + name;
+    return attach(target, {
+      onEnter(args) {
+        this.rec = enter(owner);
+        if (!this.rec) return;
+        this.ts = now();
+        if (h.enter) {
+          try { h.enter(args, this); } catch (e) { error(where, e); this.rec = false; }
+        }
+      },
+      onLeave(ret) {
+        leave(owner);
+        if (!this.rec || !h.leave) return;
+        try { h.leave(ret, this); } catch (e) { error(where, e); }
+      },
+    }, owner);
   }
 
   function registerProvider(spec) {
@@ -380,7 +405,7 @@ const sigmatrace = (() => {
   }
 
   const api = {
-    registerProvider, message, fn, now, cold, error, attach, internal, enter, leave, inside,
+    registerProvider, message, fn, now, cold, error, attach, coldHook, internal, enter, leave, inside,
     get rt() { return rt; },
     get config() { return config; },
     get attached() { return !!(config && config.attached); },

@@ -73,19 +73,7 @@
         continue;
       }
       try {
-        api.attach(addr, {
-          onEnter(args) {
-            this.rec = api.enter(OWNER);
-            if (!this.rec) return;
-            this.ts = api.now();
-            try { h.enter(args, this); } catch (e) { api.error('mlx5:' + name, e); this.rec = false; }
-          },
-          onLeave(ret) {
-            api.leave(OWNER);
-            if (!this.rec) return;
-            try { h.leave(ret, this); } catch (e) { api.error('mlx5:' + name, e); }
-          },
-        }, OWNER);
+        api.coldHook(addr, OWNER, name, h);
         installed.push(name);
       } catch (e) {
         failed.push({ name, why: e.message || String(e) });

@@ -61,23 +61,12 @@
       if (fn.isNull() || extHooked.has(fn.toString())) continue;
       extHooked.add(fn.toString());
       try {
-        api.attach(fn, {
-          onEnter(args) {
-            this.rec = api.enter(OWNER);
-            if (!this.rec) return;
-            this.ts = api.now();
-            this.attr = args[1];
+        api.coldHook(fn, OWNER, name, {
+          enter(args, self) { self.attr = args[1]; },
+          leave(ret, self) {
+            emit(self.ts, ev, name, ret.isNull() ? '"' + (which ? 'cq' : 'qp') + '":0' : fields(ret, self), retOf(ret));
           },
-          onLeave(ret) {
-            api.leave(OWNER);
-            if (!this.rec) return;
-            try {
-              emit(this.ts, ev, name, ret.isNull() ? '"' + (which ? 'cq' : 'qp') + '":0' : fields(ret, this), retOf(ret));
-            } catch (e) {
-              api.error('verbs:' + name, e);
-            }
-          },
-        }, OWNER);
+        });
       } catch (e) {
         api.error('verbs:' + name, e);
       }
@@ -262,21 +251,7 @@
         continue;
       }
       try {
-        api.attach(addr, {
-          onEnter(args) {
-            this.rec = api.enter(OWNER);
-            if (!this.rec) return;
-            this.ts = api.now();
-            if (h.enter) {
-              try { h.enter(args, this); } catch (e) { api.error('verbs:' + name, e); this.rec = false; }
-            }
-          },
-          onLeave(ret) {
-            api.leave(OWNER);
-            if (!this.rec || !h.leave) return;
-            try { h.leave(ret, this); } catch (e) { api.error('verbs:' + name, e); }
-          },
-        }, OWNER);
+        api.coldHook(addr, OWNER, name, h);
         installed.push(name);
       } catch (e) {
         failed.push({ name, why: e.message || String(e) });
@@ -375,7 +350,7 @@
             ctx.add(off(3)).readPointer().equals(s.poll_cq) &&
             devSet.has(ctx.add(off(5)).readPointer().toString());
           if (!ok) continue;
-          // a context closed earlier can leave its bytes behind in freed memory: a live one its command descriptor, open on the same kind of file
+          // a context closed earlier can leave its bytes behind in freed memory: a live one
           // still holds its command descriptor, open on the same kind of file as the
           // throwaway's (a provider that uses none, like the throwaway, must use none either)
           const fd = ctx.add(off(14)).readS32();

@@ -1,8 +1,8 @@
 """Settings of the GPU doorbell hijack (options of spawn, attach and demo) for the runtime.
 
-The runtime keys: `doorbells` (off | forward | wqe), `wqe_batch`, `repeater_cpus`, and for
-experiments `repeater_threads`, `repeater_spin_us`, `repeater_pause_us`, `repeater_sleep_us`,
-`repeater_max_sleep_us` (see native/runtime/repeater.h and docs/doorbells.md).
+The runtime keys `doorbells` (off | forward | wqe), `wqe_batch` and `repeater_cpus` have options;
+every key, with its default, is in the runtime's table (native/include/sigmatrace/config_keys.h,
+shown in native/runtime/README.md).  Only what the user set is passed on.
 """
 from __future__ import annotations
 
@@ -12,7 +12,6 @@ from pathlib import Path
 from .errors import UsageError
 
 MODES = ("wqe", "forward")
-DEFAULT_WQE_BATCH = 128
 
 
 class _BadRange(ValueError):

@@ -2,7 +2,6 @@
  * and finds its live-block slots inside libsigmatrace_rt.so. */
 #include <stdarg.h>
 #include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
 
 #include "db_env.h"
@@ -42,21 +41,14 @@ void db_error(const char *where, const char *fmt, ...)
     st_error(where, "%s", buf);
 }
 
-/* A key given to st_init, else SIGMATRACE_<KEY> in the traced program's environment (for
- * experiments with the repeater's settings that have no command-line option). */
-const char *db_config(const char *key)
+/* The effective value (config_keys.h): given, else SIGMATRACE_<KEY>, else the table's default. */
+const char *db_config(const char *key) { return st_config_get(key); }
+/* the doorbell path keeps its QP slots for the life of the process */
+struct st_live_qp *db_live_qp(uint32_t qpn, uint32_t flags)
 {
-    const char *v = st_config_get(key);
-    if (v)
-        return v;
-    char name[96] = "SIGMATRACE_";
-    size_t n = strlen(name);
-    for (const char *k = key; *k && n + 1 < sizeof(name); k++)
-        name[n++] = (char)((*k >= 'a' && *k <= 'z') ? *k - 32 : *k);
-    name[n] = 0;
-    return getenv(name);
+    st_live_hold();
+    return st_live_qp(qpn, 1, flags);
 }
-struct st_live_qp *db_live_qp(uint32_t qpn, uint32_t flags) { return st_live_qp(qpn, 1, flags); }
 int db_live_repeater_alloc(void) { return st_live_repeater_alloc(); }
 struct st_live_repeater *db_live_repeater(int index) { return st_live_repeater(index); }
 void db_thread_name(const char *name) { st_thread_name(name); }

@@ -9,6 +9,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <sigmatrace/config_keys.h>
+
 #include "db_env.h"
 #include "db_thread.h"
 #include "repeater.h"
@@ -87,38 +89,50 @@ int db_parse_cpus(const char *s, int *cpus, int max)
     return n;
 }
 
-static uint32_t cfg_u32(const char *key, uint32_t dflt)
+/* A setting's value (db_config: as given, else SIGMATRACE_<KEY>, else the default of the one
+ * table, config_keys.h).  `computed` stands in where the table's default is "" (worked out here:
+ * it depends on the machine or on another key). */
+static const char *cfg_str(const char *key)
 {
     const char *v = db_config(key);
+    return v ? v : st_config_default(key); /* an environment that gives only what was set */
+}
+
+static uint32_t cfg_u32_or(const char *key, uint32_t computed)
+{
+    const char *v = cfg_str(key), *dflt = st_config_default(key);
+    uint32_t fallback = dflt && *dflt ? (uint32_t)strtoul(dflt, NULL, 10) : computed;
     if (!v || !*v)
-        return dflt;
+        return fallback;
     char *end;
     unsigned long x = strtoul(v, &end, 10);
     if (*end) {
-        db_error("repeater", "configuration %s=%s is not a number; using %u", key, v, dflt);
-        return dflt;
+        db_error("repeater", "configuration %s=%s is not a number; using %u", key, v, fallback);
+        return fallback;
     }
     return (uint32_t)x;
 }
+
+static uint32_t cfg_u32(const char *key) { return cfg_u32_or(key, 0); }
 
 void db_params_load(struct db_params *p, int mode)
 {
     memset(p, 0, sizeof(*p));
     p->mode = mode;
-    p->wqe_batch = cfg_u32("wqe_batch", 128);
-    p->copy_chunk = cfg_u32("wqe_copy_chunk", 1);
-    p->arm_blocks = cfg_u32("wqe_arm_blocks", 0); /* off: docs/doorbells.md, "Armed copies" */
-    p->arm_hold_us = cfg_u32("wqe_arm_hold_us", 50);
-    p->spin_us = cfg_u32("repeater_spin_us", 200);
-    p->pause_us = cfg_u32("repeater_pause_us", 2000);
-    p->sleep_us = cfg_u32("repeater_sleep_us", 5);
-    p->max_sleep_us = cfg_u32("repeater_max_sleep_us", 100);
+    p->wqe_batch = cfg_u32("wqe_batch");
+    p->copy_chunk = cfg_u32("wqe_copy_chunk");
+    p->arm_blocks = cfg_u32("wqe_arm_blocks"); /* off: docs/doorbells.md, "Armed copies" */
+    p->arm_hold_us = cfg_u32("wqe_arm_hold_us");
+    p->spin_us = cfg_u32("repeater_spin_us");
+    p->pause_us = cfg_u32("repeater_pause_us");
+    p->sleep_us = cfg_u32("repeater_sleep_us");
+    p->max_sleep_us = cfg_u32("repeater_max_sleep_us");
     if (p->max_sleep_us < p->sleep_us)
         p->max_sleep_us = p->sleep_us;
     long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
     /* on a machine with few cores a spinning repeater must let the application's threads run */
-    p->yield_while_spinning = (int)cfg_u32("repeater_yield", ncpu > 0 && ncpu <= 4 ? 1 : 0);
-    const char *order = db_config("wqe_copy_order"), *legacy = db_config("wqe_copy_before_forward");
+    p->yield_while_spinning = (int)cfg_u32_or("repeater_yield", ncpu > 0 && ncpu <= 4 ? 1 : 0);
+    const char *order = cfg_str("wqe_copy_order"), *legacy = cfg_str("wqe_copy_before_forward");
     /* adaptive, except where the repeater shares few cores with the program: there a quiet page
      * says the producer was not scheduled, not that it waits for completions */
     p->copy_order = p->yield_while_spinning ? DB_COPY_BEFORE : DB_COPY_ADAPTIVE;
@@ -134,14 +148,14 @@ void db_params_load(struct db_params *p, int mode)
         else
             db_error("repeater", "wqe_copy_order=%s is not adaptive, before or after; the default stays", order);
     }
-    p->quiet_us = cfg_u32("wqe_copy_after_quiet_us", 1);
-    const char *cpus = db_config("repeater_cpus");
+    p->quiet_us = cfg_u32("wqe_copy_after_quiet_us");
+    const char *cpus = cfg_str("repeater_cpus");
     if (cpus && *cpus) {
         p->n_cpus = db_parse_cpus(cpus, p->cpus, DB_MAX_THREADS);
         if (!p->n_cpus)
             db_error("repeater", "repeater_cpus=%s is not a cpu list (e.g. 2,3 or 4-7); threads are not pinned", cpus);
     }
-    p->threads = cfg_u32("repeater_threads", p->n_cpus ? (uint32_t)p->n_cpus : 4);
+    p->threads = cfg_u32_or("repeater_threads", p->n_cpus ? (uint32_t)p->n_cpus : 4);
     if (p->threads < 1)
         p->threads = 1;
     if (p->threads > DB_MAX_THREADS)

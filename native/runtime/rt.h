@@ -25,6 +25,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include <sigmatrace/config_keys.h>
 #include <sigmatrace/live.h>
 #include <sigmatrace/records.h>
 
@@ -53,7 +54,7 @@ void st_calib_take(struct st_calib *out);
 double st_tsc_hz(void);
 
 /* ------------------------------------------------------------------------------------------ */
-/* Configuration (st_init's key=value lines)                                                   */
+/* Configuration (st_init's key=value lines; every key, its default and meaning: config_keys.h) */
 
 struct st_config {
     char dir[4096];          /* this process's trace directory, p<pid>/ (created if missing) */
@@ -62,15 +63,16 @@ struct st_config {
     int controller_pid;      /* watched with a pidfd; 0: no controller to watch */
     int attached;            /* 1: tracing began after the process started (attach mode) */
     uint32_t ring_records;   /* per-thread ring capacity (power of two) */
-    uint32_t wqe_batch;      /* WQE recovery: slots copied per batch */
     uint32_t flush_max_ms;   /* the idle flusher's longest sleep */
-    char repeater_cpus[256]; /* cpu list for repeater threads ("" = not pinned), e.g. "2,3" */
 };
 /* The configuration of the current (or last) session. */
 const struct st_config *st_config(void);
-/* Any key given to st_init, including ones the runtime core does not know (NULL if absent):
- * other parts may define their own keys without touching the parser. */
+/* The effective value of a key: as given to st_init, else (a tuning key) from SIGMATRACE_<KEY>,
+ * else the table's default; a key the table does not have only if given (NULL if absent).
+ * Parts that need a setting add it to config_keys.h and read it here. */
 const char *st_config_get(const char *key);
+/* The table as text (config_keys.h), read by the command line from the built library. */
+ST_EXPORT extern const char st_config_keys[];
 
 /* ------------------------------------------------------------------------------------------ */
 /* Session state                                                                               */
@@ -94,9 +96,11 @@ enum st_stop_reason {
 };
 
 /* Called once just before recording stops (records can still be written), from the stopping
- * thread (the agent's, the flusher on controller loss, or the exiting thread).  The hook must
- * not block for long; repeaters use it to record the WQEs they hold for their next batch, then
- * keep forwarding doorbells without recording.  Hooks stay registered across sessions.  Returns 0, or -1 if full. */
+ * thread (the agent's, the flusher on controller loss, or the exiting thread), in the order they
+ * were registered.  The hook must not block for long; the verbs hooks put every replaced slot
+ * back there (registered when the library loads), repeaters record the WQEs they hold for their
+ * next batch, then keep forwarding doorbells without recording.  Hooks stay registered across
+ * sessions.  Returns 0, or -1 if full. */
 typedef void (*st_stop_hook)(int reason, void *arg);
 int st_on_stop(st_stop_hook fn, void *arg);
 
@@ -227,6 +231,11 @@ static inline struct st_live_thread *st_live_thread_self(void)
 /* The slot of QP `qpn`, made (with `flags`, enum st_qp_flags, OR-ed in) if `create`; NULL if
  * absent, or the table is full (counted), or there is no live block. */
 struct st_live_qp *st_live_qp(uint32_t qpn, int create, uint32_t flags);
+/* Slot pointers are valid for the session that made them, and stay writable (into memory nobody
+ * reads) after it: live.bin is unmapped when a session ends, its range is not.  A caller that
+ * keeps a slot pointer beyond its session (repeaters, the QPs they serve) calls st_live_hold()
+ * so the range is not reused for a later session's file (repeater slots hold it by themselves). */
+void st_live_hold(void);
 /* A new repeater slot: its index, or -1 when the table is full.  st_live_repeater(i) is the slot. */
 int st_live_repeater_alloc(void);
 struct st_live_repeater *st_live_repeater(int index);
@@ -279,16 +288,23 @@ void st_threads_forget(void);             /* in a forked child */
 void st_flush_thread(struct st_thread *t); /* rt_flush.c: drain one thread of the flushed session */
 struct st_thread *st_threads_head(void);
 int st_live_open(const char *dir, int mode, int doorbells, int attached); /* rt_live.c */
-void st_live_close(int state);            /* end calibration, state; keeps the mapping */
+void st_live_close(int state);            /* end calibration, state; unmaps the file (see rt_live.c) */
 void st_live_forget(void);                /* in a forked child: stop writing the parent's file */
-void st_live_publish(void);               /* flusher: header counters from thread states */
+void st_live_publish(void);               /* rt_flush.c: header counters from thread states */
+int st_dirs_open(const char *dir);        /* rt_dirs.c: the trace directory and streams/, held open */
+void st_dirs_close(void);
+int st_dir_fd(void);                      /* the session's trace directory (-1 outside a session) */
+int st_streams_fd(void);                  /* its streams/ */
+/* Create `name` in `dirfd` for this session: O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600,
+ * plus `flags`.  -1 with errno as open's; a link or other non-file planted there is reported. */
+int st_create_file(int dirfd, const char *name, int flags);
 int st_cold_open(const char *dir);         /* rt_cold.c */
 void st_cold_close(void);
 uint64_t st_cold_count(void);
 uint64_t st_cold_drop_count(void);
 void st_run_stop_hooks(int reason);
-void st_verbs_restore_all(void);          /* verbs_hot.c: put every replaced slot back */
-void st_verbs_wr_restore_all(void);       /* verbs_wr.c: the same for ibv_qp_ex functions */
+void st_verbs_wr_restore_all(void);       /* verbs_wr.c: put every replaced ibv_qp_ex function back
+                                             (verbs_hot.c's stop hook restores both kinds) */
 uint32_t st_gettid(void);
 
 #endif

@@ -15,10 +15,9 @@ static uint64_t st_cold_n, st_cold_dropped;
 
 int st_cold_open(const char *dir)
 {
-    char path[4200];
-    snprintf(path, sizeof(path), "%s/cold.jsonl", dir);
+    (void)dir; /* created in the session's directory, held open (rt_dirs.c) */
     st_cold_n = st_cold_dropped = 0;
-    int fd = open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
+    int fd = st_create_file(st_dir_fd(), "cold.jsonl", O_WRONLY | O_APPEND);
     if (fd < 0)
         return -1;
     __atomic_store_n(&st_cold_fd, fd, __ATOMIC_RELEASE);

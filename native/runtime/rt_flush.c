@@ -29,14 +29,14 @@ int st_flusher_is_self(void) { return st_flusher_running && pthread_equal(pthrea
 
 static int st_open_stream(struct st_thread *t)
 {
-    char path[4200];
+    char path[64];
     int fd = -1;
     for (int n = 0; n < 1000 && fd < 0; n++) {
         if (n == 0)
-            snprintf(path, sizeof(path), "%s/streams/t%u.bin", st_config()->dir, t->tid);
-        else /* a tid reused by a later thread of the same session */
-            snprintf(path, sizeof(path), "%s/streams/t%u-%d.bin", st_config()->dir, t->tid, n);
-        fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+            snprintf(path, sizeof(path), "t%u.bin", t->tid);
+        else /* a tid reused by a later thread of the same session (or a name taken by a link) */
+            snprintf(path, sizeof(path), "t%u-%d.bin", t->tid, n);
+        fd = st_create_file(st_streams_fd(), path, O_WRONLY);
         if (fd < 0 && errno != EEXIST)
             break;
     }
@@ -134,7 +134,8 @@ static double st_flush_pass(uint32_t gen)
                 fullest = fill;
         }
         st_drain(t, gen);
-        if (t->gen == gen && t->live && !(st_g.live->coverage & ST_COV_RECORDS_FLOWING)) {
+        struct st_live_header *h = st_g.live;
+        if (t->gen == gen && t->live && h && !(h->coverage & ST_COV_RECORDS_FLOWING)) {
             uint64_t calls = 0;
             for (int i = 0; i < ST_LIVE_CALLS; i++)
                 calls += t->live->calls[i];

@@ -2,12 +2,12 @@
  * (recording off, slots restored, final drain, end calibration), the process-exit and fork
  * paths, stop hooks, and the originals of replaceFast-ed functions. */
 #include <errno.h>
+#include <stdarg.h>
 #include <pthread.h>
 #include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -20,16 +20,26 @@ static pthread_mutex_t st_session_lock = PTHREAD_MUTEX_INITIALIZER;
 static uint32_t st_last_gen;
 static struct st_calib st_start_cal;
 
-#define ST_MAX_KEYS 64
+/* Every key of the session's configuration, with its effective value: the ones given to st_init,
+ * then each key of the table (config_keys.h) that was not given, from SIGMATRACE_<KEY> (tuning
+ * keys) or the table's default. */
+#define ST_MAX_KEYS 96
+enum { ST_SRC_GIVEN, ST_SRC_ENV, ST_SRC_DEFAULT };
 static char st_keys[ST_MAX_KEYS][64];
 static char st_vals[ST_MAX_KEYS][512];
+static unsigned char st_srcs[ST_MAX_KEYS];
 static int st_nkeys;
+
+/* The table as text for the command line (config_keys.h): name, type, default, scope, meaning. */
+#define ST_CONFIG_KEY_LINE(name, type, dflt, scope, meaning) #name "\t" type "\t" dflt "\t" scope "\t" meaning "\n"
+ST_EXPORT const char st_config_keys[] = ST_CONFIG_KEYS(ST_CONFIG_KEY_LINE);
 
 const struct st_config *st_config(void) { return &st_cfg; }
 
+/* A key given twice: the later line wins. */
 const char *st_config_get(const char *key)
 {
-    for (int i = 0; i < st_nkeys; i++)
+    for (int i = st_nkeys - 1; i >= 0; i--)
         if (strcmp(st_keys[i], key) == 0)
             return st_vals[i];
     return NULL;
@@ -89,76 +99,135 @@ static int st_parse_doorbells(const char *v)
     return -1;
 }
 
+static int st_add_key(const char *key, size_t kl, const char *val, size_t vl, int src, char *err, size_t errlen)
+{
+    if (st_nkeys >= ST_MAX_KEYS) {
+        snprintf(err, errlen, "more than %d configuration keys", ST_MAX_KEYS);
+        return -1;
+    }
+    if (kl >= sizeof(st_keys[0]) || vl >= sizeof(st_vals[0])) {
+        snprintf(err, errlen, "configuration line too long: %.40s", key);
+        return -1;
+    }
+    memcpy(st_keys[st_nkeys], key, kl);
+    st_keys[st_nkeys][kl] = 0;
+    memcpy(st_vals[st_nkeys], val, vl);
+    st_vals[st_nkeys][vl] = 0;
+    st_srcs[st_nkeys] = (unsigned char)src;
+    st_nkeys++;
+    return 0;
+}
+
+/* Keys of the table not given: SIGMATRACE_<KEY> for a tuning key, else the default. */
+static int st_fill_defaults(char *err, size_t errlen)
+{
+#define ST_CONFIG_FILL(name, type, dflt, scope, meaning)                                            \
+    if (!st_config_get(#name)) {                                                                   \
+        char env[96] = "SIGMATRACE_";                                                              \
+        size_t n = strlen(env);                                                                    \
+        for (const char *k = #name; *k && n + 1 < sizeof(env); k++)                                \
+            env[n++] = (char)((*k >= 'a' && *k <= 'z') ? *k - 32 : *k);                            \
+        env[n] = 0;                                                                                \
+        const char *v = strcmp(scope, "tuning") == 0 ? getenv(env) : NULL;                        \
+        int src = v ? ST_SRC_ENV : ST_SRC_DEFAULT;                                                 \
+        if (!v)                                                                                    \
+            v = dflt;                                                                              \
+        if (st_add_key(#name, strlen(#name), v, strlen(v), src, err, errlen) != 0)                 \
+            return -1;                                                                             \
+    }
+    ST_CONFIG_KEYS(ST_CONFIG_FILL)
+#undef ST_CONFIG_FILL
+    return 0;
+}
+
 static int st_parse_config(const char *text, char *err, size_t errlen)
 {
     memset(&st_cfg, 0, sizeof(st_cfg));
-    st_cfg.mode = ST_MODE_SIMPLE;
-    st_cfg.doorbells = ST_DB_OFF;
-    st_cfg.ring_records = 1u << 18;
-    st_cfg.wqe_batch = 64;
-    st_cfg.flush_max_ms = 10;
     st_nkeys = 0;
     const char *p = text ? text : "";
     while (*p) {
         const char *eol = strchr(p, '\n');
         size_t len = eol ? (size_t)(eol - p) : strlen(p);
         const char *eq = memchr(p, '=', len);
-        if (eq && st_nkeys < ST_MAX_KEYS) {
-            size_t kl = (size_t)(eq - p), vl = len - kl - 1;
-            if (kl >= sizeof(st_keys[0]) || vl >= sizeof(st_vals[0])) {
-                snprintf(err, errlen, "configuration line too long: %.40s", p);
+        if (eq) {
+            size_t kl = (size_t)(eq - p);
+            if (st_add_key(p, kl, eq + 1, len - kl - 1, ST_SRC_GIVEN, err, errlen) != 0)
                 return -1;
-            }
-            memcpy(st_keys[st_nkeys], p, kl);
-            st_keys[st_nkeys][kl] = 0;
-            memcpy(st_vals[st_nkeys], eq + 1, vl);
-            st_vals[st_nkeys][vl] = 0;
-            st_nkeys++;
         }
         p += len;
         if (*p == '\n')
             p++;
     }
-    for (int i = 0; i < st_nkeys; i++) {
-        const char *k = st_keys[i], *v = st_vals[i];
-        if (!strcmp(k, "dir")) {
-            snprintf(st_cfg.dir, sizeof(st_cfg.dir), "%s", v);
-        } else if (!strcmp(k, "mode")) {
-            if ((st_cfg.mode = st_parse_mode(v)) < 0) {
-                snprintf(err, errlen, "unknown mode '%s'", v);
-                return -1;
-            }
-        } else if (!strcmp(k, "doorbells")) {
-            if ((st_cfg.doorbells = st_parse_doorbells(v)) < 0) {
-                snprintf(err, errlen, "unknown doorbell mode '%s'", v);
-                return -1;
-            }
-        } else if (!strcmp(k, "controller_pid")) {
-            st_cfg.controller_pid = atoi(v);
-        } else if (!strcmp(k, "attached")) {
-            st_cfg.attached = atoi(v) != 0;
-        } else if (!strcmp(k, "ring_records")) {
-            unsigned long n = strtoul(v, NULL, 0);
-            if (n < 64 || n > (1ul << 26) || (n & (n - 1))) {
-                snprintf(err, errlen, "ring_records must be a power of two in [64, 2^26], not '%s'", v);
-                return -1;
-            }
-            st_cfg.ring_records = (uint32_t)n;
-        } else if (!strcmp(k, "wqe_batch")) {
-            st_cfg.wqe_batch = (uint32_t)strtoul(v, NULL, 0);
-        } else if (!strcmp(k, "flush_max_ms")) {
-            st_cfg.flush_max_ms = (uint32_t)strtoul(v, NULL, 0);
-            if (st_cfg.flush_max_ms < 1)
-                st_cfg.flush_max_ms = 1;
-        } else if (!strcmp(k, "repeater_cpus")) {
-            snprintf(st_cfg.repeater_cpus, sizeof(st_cfg.repeater_cpus), "%s", v);
-        }
+    if (st_fill_defaults(err, errlen) != 0)
+        return -1;
+    /* the runtime core's own keys, from their effective values */
+    const char *v;
+    snprintf(st_cfg.dir, sizeof(st_cfg.dir), "%s", st_config_get("dir"));
+    if ((st_cfg.mode = st_parse_mode(v = st_config_get("mode"))) < 0) {
+        snprintf(err, errlen, "unknown mode '%s'", v);
+        return -1;
     }
+    if ((st_cfg.doorbells = st_parse_doorbells(v = st_config_get("doorbells"))) < 0) {
+        snprintf(err, errlen, "unknown doorbell mode '%s'", v);
+        return -1;
+    }
+    st_cfg.controller_pid = atoi(st_config_get("controller_pid"));
+    st_cfg.attached = atoi(st_config_get("attached")) != 0;
+    unsigned long n = strtoul(v = st_config_get("ring_records"), NULL, 0);
+    if (n < 64 || n > (1ul << 26) || (n & (n - 1))) {
+        snprintf(err, errlen, "ring_records must be a power of two in [64, 2^26], not '%s'", v);
+        return -1;
+    }
+    st_cfg.ring_records = (uint32_t)n;
+    st_cfg.flush_max_ms = (uint32_t)strtoul(st_config_get("flush_max_ms"), NULL, 0);
+    if (st_cfg.flush_max_ms < 1)
+        st_cfg.flush_max_ms = 1;
     if (!st_cfg.dir[0]) {
         snprintf(err, errlen, "no trace directory given (dir=...)");
         return -1;
     }
     return 0;
+}
+
+/* snprintf at out+o that never runs past n (a cut object is still closed by the caller's n) */
+static size_t st_appendf(char *out, size_t n, size_t o, const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+static size_t st_appendf(char *out, size_t n, size_t o, const char *fmt, ...)
+{
+    if (o + 1 >= n)
+        return o;
+    va_list ap;
+    va_start(ap, fmt);
+    int w = vsnprintf(out + o, n - o, fmt, ap);
+    va_end(ap);
+    if (w < 0)
+        return o;
+    return o + (size_t)w < n ? o + (size_t)w : n - 1;
+}
+
+/* The `runtime` cold event's "set" (keys given, but dir) and "env" (taken from SIGMATRACE_<KEY>)
+ * objects, and a note of given keys the table does not have (kept for st_config_get). */
+static void st_describe_config(char *out, size_t n)
+{
+    size_t o = 0;
+    out[0] = 0;
+    for (int src = ST_SRC_GIVEN; src <= ST_SRC_ENV; src++) {
+        o = st_appendf(out, n, o, ",\"%s\":{", src == ST_SRC_GIVEN ? "set" : "env");
+        int first = 1;
+        for (int i = 0; i < st_nkeys; i++) {
+            if (st_srcs[i] != src || strcmp(st_keys[i], "dir") == 0)
+                continue;
+            char k[140], v[1100];
+            st_json_str(k, sizeof(k), st_keys[i]);
+            st_json_str(v, sizeof(v), st_vals[i]);
+            o = st_appendf(out, n, o, "%s%s:%s", first ? "" : ",", k, v);
+            first = 0;
+        }
+        o = st_appendf(out, n, o, "}");
+    }
+    for (int i = 0; i < st_nkeys; i++)
+        if (!st_config_default(st_keys[i]))
+            st_error("init", "configuration key '%s' is not one of the runtime's (config_keys.h); ignored by the runtime core",
+                     st_keys[i]);
 }
 
 /* ---- stop hooks ---- */
@@ -193,23 +262,6 @@ void st_run_stop_hooks(int reason)
 
 /* ---- session ---- */
 
-static int st_mkdir_p(const char *dir)
-{
-    char tmp[4200];
-    snprintf(tmp, sizeof(tmp), "%s", dir);
-    for (char *p = tmp + 1; *p; p++) {
-        if (*p == '/') {
-            *p = 0;
-            if (mkdir(tmp, 0700) != 0 && errno != EEXIST)
-                return -1;
-            *p = '/';
-        }
-    }
-    if (mkdir(tmp, 0700) != 0 && errno != EEXIST)
-        return -1;
-    return 0;
-}
-
 static void st_atfork_child(void);
 
 ST_EXPORT int st_init(const char *config)
@@ -227,22 +279,21 @@ ST_EXPORT int st_init(const char *config)
         st_error("init", "%s", err);
         return -EINVAL;
     }
-    char streams[4200];
-    snprintf(streams, sizeof(streams), "%s/streams", st_cfg.dir);
-    if (st_mkdir_p(streams) != 0) {
-        int e = errno;
+    int rc = st_dirs_open(st_cfg.dir);
+    if (rc != 0) {
         pthread_mutex_unlock(&st_session_lock);
-        st_error("init", "cannot create %s: %s", streams, strerror(e));
-        return -e;
+        return rc;
     }
     if (st_cold_open(st_cfg.dir) != 0) {
         int e = errno;
+        st_dirs_close();
         pthread_mutex_unlock(&st_session_lock);
         st_error("init", "cannot create %s/cold.jsonl: %s", st_cfg.dir, strerror(e));
         return -e;
     }
     if (st_live_open(st_cfg.dir, st_cfg.mode, st_cfg.doorbells, st_cfg.attached) != 0) {
         st_cold_close();
+        st_dirs_close();
         pthread_mutex_unlock(&st_session_lock);
         return -EIO;
     }
@@ -262,6 +313,7 @@ ST_EXPORT int st_init(const char *config)
         __atomic_store_n(&st_g.gen, 0, __ATOMIC_RELEASE);
         st_live_close(ST_STATE_DETACHED);
         st_cold_close();
+        st_dirs_close();
         pthread_mutex_unlock(&st_session_lock);
         return -EAGAIN;
     }
@@ -270,8 +322,10 @@ ST_EXPORT int st_init(const char *config)
         pthread_atfork(NULL, NULL, st_atfork_child);
     }
     st_coverage(ST_COV_RUNTIME_READY);
-    st_coldf(st_start_cal.tsc, "\"ev\":\"runtime\",\"mode\":%d,\"ring_records\":%u,\"attached\":%s",
-             st_cfg.mode, st_cfg.ring_records, st_cfg.attached ? "true" : "false");
+    char described[4096];
+    st_describe_config(described, sizeof(described));
+    st_coldf(st_start_cal.tsc, "\"ev\":\"runtime\",\"mode\":%d,\"ring_records\":%u,\"attached\":%s%s",
+             st_cfg.mode, st_cfg.ring_records, st_cfg.attached ? "true" : "false", described);
     pthread_mutex_unlock(&st_session_lock);
     return 0;
 }
@@ -281,11 +335,11 @@ static void st_stop_locked(int reason)
     if (!st_g.gen)
         return;
     /* stop hooks run while recording is still on, so what they account for (the WQEs a
-     * repeater holds for its next batch) is recorded, not only counted */
+     * repeater holds for its next batch) is recorded, not only counted; the verbs hooks put
+     * the replaced slots back there */
     st_run_stop_hooks(reason);
+    /* hooks that are still reached stop recording; repeaters keep forwarding */
     __atomic_store_n(&st_g.gen, 0, __ATOMIC_RELEASE);
-    /* hooks stop recording and repeaters keep forwarding; slots go back to the originals */
-    st_verbs_restore_all();
     /* let a thread that was inside a hook finish its record before the final drain */
     if (reason != ST_STOP_EXIT)
         usleep(2000);
@@ -298,6 +352,7 @@ static void st_stop_locked(int reason)
                   : reason == ST_STOP_EXIT          ? ST_STATE_EXITED
                                                     : ST_STATE_DETACHED);
     st_cold_close();
+    st_dirs_close();
 }
 
 ST_EXPORT void st_stop(int reason)
@@ -329,6 +384,7 @@ static void st_atfork_child(void)
     st_flusher_forget();
     st_threads_forget();
     st_cold_close();
+    st_dirs_close();
     st_live_forget();
 }
 

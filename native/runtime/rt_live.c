@@ -1,4 +1,13 @@
-/* The live block: live.bin mapped MAP_SHARED, updated in place (layout: sigmatrace/live.h). */
+/* The live block: live.bin mapped MAP_SHARED, updated in place (layout: sigmatrace/live.h).
+ *
+ * When a session ends the file is unmapped from the process (its pages and, for a deleted trace,
+ * its disk space are freed), but its address range is not: the same range is remapped with
+ * private anonymous memory, because something may still write a counter there (a thread that
+ * was inside a hook when tracing stopped, and repeaters, which keep forwarding and counting for
+ * the life of the process with slot pointers taken in their session).  Those writes land in
+ * memory nobody reads.  A range that no repeater holds is reused for the next session's file,
+ * so attach/detach cycles do not add mappings; one a repeater holds stays reserved (3 MiB of
+ * address space, resident only where it is written). */
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
@@ -13,12 +22,16 @@
 
 static pthread_mutex_t st_live_lock = PTHREAD_MUTEX_INITIALIZER;
 static uint32_t st_qp_hash[QP_HASH]; /* slot index + 1, 0 = empty; published last */
+static void *st_live_spare;          /* an ended session's range that nothing holds, or NULL */
+static int st_live_held;             /* this session's block has slots that outlive it */
+
+void st_live_hold(void) { __atomic_store_n(&st_live_held, 1, __ATOMIC_RELAXED); }
 
 int st_live_open(const char *dir, int mode, int doorbells, int attached)
 {
     char path[4200];
     snprintf(path, sizeof(path), "%s/live.bin", dir);
-    int fd = open(path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+    int fd = st_create_file(st_dir_fd(), "live.bin", O_RDWR);
     if (fd < 0) {
         st_error("live", "cannot create %s: %s", path, strerror(errno));
         return -1;
@@ -28,14 +41,16 @@ int st_live_open(const char *dir, int mode, int doorbells, int attached)
         close(fd);
         return -1;
     }
-    void *m = mmap(NULL, ST_LIVE_FILE_SIZE, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    /* over the spare range atomically (MAP_FIXED replaces it): it is never unmapped */
+    void *spare = st_live_spare;
+    void *m = mmap(spare, ST_LIVE_FILE_SIZE, PROT_READ | PROT_WRITE, MAP_SHARED | (spare ? MAP_FIXED : 0), fd, 0);
     close(fd);
     if (m == MAP_FAILED) {
         st_error("live", "cannot map %s: %s", path, strerror(errno));
         return -1;
     }
-    /* An earlier session's mapping is left in place: a thread that was inside a hook when that
-     * session stopped may still write one counter into it. */
+    st_live_spare = NULL;
+    st_live_held = 0;
     struct st_live_header *h = m;
     memcpy(h->magic, ST_LIVE_MAGIC, 8);
     h->version = ST_LIVE_VERSION;
@@ -74,6 +89,17 @@ void st_live_close(int state)
         h->tsc_hz = (double)(c.tsc - h->start_tsc) * 1e9 / (double)(c.mono_ns - h->start_mono_ns);
     h->state = (uint32_t)state;
     msync(h, ST_LIVE_FILE_SIZE, MS_ASYNC);
+    /* No one new finds the block; whoever still holds a pointer writes into anonymous memory. */
+    __atomic_store_n(&st_g.live, NULL, __ATOMIC_RELEASE);
+    void *scrap = mmap(h, ST_LIVE_FILE_SIZE, PROT_READ | PROT_WRITE,
+                       MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED, -1, 0);
+    if (scrap == MAP_FAILED) {
+        /* the file stays mapped (as before this was done): never unmap what may be written */
+        st_error("live", "cannot release live.bin's mapping: %s", strerror(errno));
+        return;
+    }
+    if (!__atomic_load_n(&st_live_held, __ATOMIC_RELAXED))
+        st_live_spare = scrap;
 }
 
 void st_live_forget(void)
@@ -81,10 +107,13 @@ void st_live_forget(void)
     struct st_live_header *h = st_g.live;
     if (!h)
         return;
-    /* Keep the addresses valid (pointers to slots may be held) but stop sharing the parent's file. */
-    void *copy = mmap(h, ST_LIVE_FILE_SIZE, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0);
-    if (copy == MAP_FAILED)
-        st_g.live = NULL;
+    /* Keep the addresses valid (pointers to slots may be held) but stop sharing the parent's
+     * file: the range becomes scrap, as at the end of a session. */
+    __atomic_store_n(&st_g.live, NULL, __ATOMIC_RELEASE);
+    void *scrap = mmap(h, ST_LIVE_FILE_SIZE, PROT_READ | PROT_WRITE,
+                       MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED, -1, 0);
+    if (scrap != MAP_FAILED && !st_live_held)
+        st_live_spare = scrap;
 }
 
 void st_coverage(uint64_t bits)
@@ -94,14 +123,15 @@ void st_coverage(uint64_t bits)
         __atomic_fetch_or(&h->coverage, bits, __ATOMIC_RELAXED);
 }
 
-static struct st_live_qp *st_qp_at(uint32_t i)
+/* Functions below load st_g.live once: it becomes NULL when a session ends. */
+static struct st_live_qp *st_qp_at(struct st_live_header *h, uint32_t i)
 {
-    return (struct st_live_qp *)((char *)st_g.live + ST_LIVE_QP_OFFSET + (size_t)i * ST_LIVE_QP_SIZE);
+    return (struct st_live_qp *)((char *)h + ST_LIVE_QP_OFFSET + (size_t)i * ST_LIVE_QP_SIZE);
 }
 
 static uint32_t st_qp_hash_of(uint32_t qpn) { return (qpn * 2654435761u) & (QP_HASH - 1); }
 
-static struct st_live_qp *st_qp_find(uint32_t qpn, uint32_t *free_pos)
+static struct st_live_qp *st_qp_find(struct st_live_header *h, uint32_t qpn, uint32_t *free_pos)
 {
     for (uint32_t n = 0, i = st_qp_hash_of(qpn); n < QP_HASH; n++, i = (i + 1) & (QP_HASH - 1)) {
         uint32_t v = __atomic_load_n(&st_qp_hash[i], __ATOMIC_ACQUIRE);
@@ -110,18 +140,18 @@ static struct st_live_qp *st_qp_find(uint32_t qpn, uint32_t *free_pos)
                 *free_pos = i;
             return NULL;
         }
-        if (st_qp_at(v - 1)->qpn == qpn)
-            return st_qp_at(v - 1);
+        if (st_qp_at(h, v - 1)->qpn == qpn)
+            return st_qp_at(h, v - 1);
     }
     return NULL;
 }
 
 struct st_live_qp *st_live_qp(uint32_t qpn, int create, uint32_t flags)
 {
-    struct st_live_header *h = st_g.live;
+    struct st_live_header *h = __atomic_load_n(&st_g.live, __ATOMIC_ACQUIRE);
     if (!h)
         return NULL;
-    struct st_live_qp *q = st_qp_find(qpn, NULL);
+    struct st_live_qp *q = st_qp_find(h, qpn, NULL);
     if (q || !create) {
         if (q && (q->flags & flags) != flags)
             __atomic_fetch_or(&q->flags, flags, __ATOMIC_RELAXED);
@@ -129,10 +159,10 @@ struct st_live_qp *st_live_qp(uint32_t qpn, int create, uint32_t flags)
     }
     pthread_mutex_lock(&st_live_lock);
     uint32_t pos = UINT32_MAX;
-    q = st_qp_find(qpn, &pos);
+    q = st_qp_find(h, qpn, &pos);
     if (!q && pos != UINT32_MAX && h->n_qps < ST_LIVE_MAX_QPS) {
         uint32_t i = h->n_qps;
-        q = st_qp_at(i);
+        q = st_qp_at(h, i);
         memset(q, 0, sizeof(*q));
         q->qpn = qpn;
         q->flags = flags;
@@ -152,19 +182,25 @@ struct st_live_qp *st_live_qp(uint32_t qpn, int create, uint32_t flags)
     return q;
 }
 
+static struct st_live_repeater *st_repeater_at(struct st_live_header *h, int index)
+{
+    return (struct st_live_repeater *)((char *)h + ST_LIVE_REPEATER_OFFSET + (size_t)index * ST_LIVE_REPEATER_SIZE);
+}
+
 int st_live_repeater_alloc(void)
 {
-    struct st_live_header *h = st_g.live;
+    struct st_live_header *h = __atomic_load_n(&st_g.live, __ATOMIC_ACQUIRE);
     if (!h)
         return -1;
     pthread_mutex_lock(&st_live_lock);
     int i = -1;
     if (h->n_repeaters < ST_LIVE_MAX_REPEATERS) {
         i = (int)h->n_repeaters;
-        struct st_live_repeater *r = st_live_repeater(i);
+        struct st_live_repeater *r = st_repeater_at(h, i);
         memset(r, 0, sizeof(*r));
         r->cpu = -1;
         __atomic_store_n(&h->n_repeaters, (uint32_t)i + 1, __ATOMIC_RELEASE);
+        st_live_hold(); /* a repeater keeps its slot for the life of the process */
     }
     pthread_mutex_unlock(&st_live_lock);
     if (i < 0)
@@ -174,10 +210,10 @@ int st_live_repeater_alloc(void)
 
 struct st_live_repeater *st_live_repeater(int index)
 {
-    if (!st_g.live || index < 0 || index >= ST_LIVE_MAX_REPEATERS)
+    struct st_live_header *h = __atomic_load_n(&st_g.live, __ATOMIC_ACQUIRE);
+    if (!h || index < 0 || index >= ST_LIVE_MAX_REPEATERS)
         return NULL;
-    return (struct st_live_repeater *)((char *)st_g.live + ST_LIVE_REPEATER_OFFSET +
-                                       (size_t)index * ST_LIVE_REPEATER_SIZE);
+    return st_repeater_at(h, index);
 }
 
 ST_EXPORT void st_provider(const char *name, int state, int hooks)

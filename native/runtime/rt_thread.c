@@ -36,9 +36,8 @@ static void st_thread_exit(void *arg)
 
 static void st_make_key(void) { pthread_key_create(&st_exit_key, st_thread_exit); }
 
-static uint32_t st_live_thread_slot(struct st_thread *t)
+static uint32_t st_live_thread_slot(struct st_thread *t, struct st_live_header *h)
 {
-    struct st_live_header *h = st_g.live;
     if (!h)
         return UINT32_MAX;
     uint32_t i = __atomic_fetch_add(&h->n_threads, 1, __ATOMIC_RELAXED);
@@ -90,9 +89,11 @@ static int st_thread_reset(struct st_thread *t, uint32_t gen)
         close(t->fd);
         t->fd = -1;
     }
-    t->slot = st_live_thread_slot(t);
+    /* loaded once: st_g.live becomes NULL when the session ends (the range stays writable) */
+    struct st_live_header *h = __atomic_load_n(&st_g.live, __ATOMIC_ACQUIRE);
+    t->slot = st_live_thread_slot(t, h);
     if (t->slot != UINT32_MAX) {
-        t->live = (struct st_live_thread *)((char *)st_g.live + ST_LIVE_THREAD_OFFSET +
+        t->live = (struct st_live_thread *)((char *)h + ST_LIVE_THREAD_OFFSET +
                                             (size_t)t->slot * ST_LIVE_THREAD_SIZE);
         memset(t->live, 0, sizeof(*t->live));
         for (int i = 0; i < ST_LIVE_THREAD_QPS; i++)
@@ -211,7 +212,7 @@ void st_threads_reap(uint32_t gen)
         } else {
             *pp = next;
         }
-        if (t->live && t->slot != UINT32_MAX)
+        if (t->live && t->slot != UINT32_MAX && t->gen == gen) /* a slot of this session's block */
             __atomic_store_n(&t->live->in_use, 2, __ATOMIC_RELEASE); /* 2: the thread has exited */
         if (t->ring)
             munmap(t->ring, (size_t)t->ring_cap * sizeof(struct st_record));

@@ -482,8 +482,12 @@ ST_EXPORT void st_verbs_forget_context(struct ibv_context *ctx)
     pthread_mutex_unlock(&st_ctx_lock);
 }
 
-void st_verbs_restore_all(void)
+/* Every replaced slot back to its original: a stop hook, so the calls made after the session
+ * go straight to the provider (a thread already inside one of our hooks finishes its record). */
+static void st_verbs_restore_all(int reason, void *arg)
 {
+    (void)reason;
+    (void)arg;
     st_verbs_wr_restore_all();
     pthread_mutex_lock(&st_ctx_lock);
     for (uint32_t i = 0; i < st_nctx; i++)
@@ -491,6 +495,8 @@ void st_verbs_restore_all(void)
             st_unhook_entry(&st_ctxs[i]);
     pthread_mutex_unlock(&st_ctx_lock);
 }
+
+__attribute__((constructor)) static void st_verbs_register_stop(void) { st_on_stop(st_verbs_restore_all, NULL); }
 
 /* For the agent's messages: which slots of `ctx` are ours now, as a bit mask by slot order
  * (post_send, post_recv, poll_cq, post_srq_recv). */

@@ -123,7 +123,7 @@ class TracedProcess:
                 "controller_pid": os.getpid(),
                 "attached": self.attached,
                 "providers": providers,
-                "runtime": {"ring_records": str(self.options.ring_records), **self.options.runtime},
+                "runtime": self.options.runtime_settings(),
             }
             result = self.script.exports_sync.init(config)
         except frida.InvalidOperationError as e:

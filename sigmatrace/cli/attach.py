@@ -9,7 +9,7 @@ from typing_extensions import Annotated
 from .options import (DebugDirOpt, DoorbellsOpt, LiveOpt, ModeOpt, NoDoorbellsOpt, OutOpt, ProvidersOpt,
                       RepeaterCpusOpt, RingOpt, WqeBatchOpt, capture_options, doorbell_options, positive_seconds,
                       with_live)
-from ..capture.config import DEFAULT_RING_RECORDS, Mode
+from ..capture.config import Mode
 
 HELP = """Trace the running process PID until Ctrl-C or --duration; then every hook is removed and the process runs on as before. Needs the right to ptrace PID (its owner, or root). Verbs contexts and QPs made before the attach are found and reported as such."""
 
@@ -22,11 +22,11 @@ def register(app: typer.Typer) -> None:
         mode: ModeOpt = Mode.SIMPLE,
         providers: ProvidersOpt = None,
         out: OutOpt = None,
-        ring_records: RingOpt = DEFAULT_RING_RECORDS,
+        ring_records: RingOpt = None,
         doorbells: DoorbellsOpt = "wqe",
         no_doorbells: NoDoorbellsOpt = False,
         repeater_cpus: RepeaterCpusOpt = None,
-        wqe_batch: WqeBatchOpt = 128,
+        wqe_batch: WqeBatchOpt = None,
         debug_dir: DebugDirOpt = None,
         quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress lines.")] = False,
         verbose: Annotated[bool, typer.Option("--verbose", "-v", help="More progress detail.")] = False,

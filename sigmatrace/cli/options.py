@@ -8,8 +8,22 @@ from typing import List, Optional
 import typer
 from typing_extensions import Annotated
 
-from ..capture.config import ALL_PROVIDERS, CaptureOptions, Mode, parse_providers
+from ..capture.config import ALL_PROVIDERS, CaptureOptions, Mode, parse_providers, runtime_default
 from ..trace.ranks import RANK_VARIABLES
+
+# Options that set a tuning key of the runtime (its table: native/include/sigmatrace/config_keys.h).
+# Each defaults to None and is passed on only when given, so the runtime's default applies.
+RUNTIME_KEY_OPTIONS = {"--ring-records": "ring_records", "--wqe-batch": "wqe_batch",
+                       "--repeater-cpus": "repeater_cpus"}
+
+
+def runtime_help(key: str, text: str) -> str:
+    """An option's help with the runtime's default of its key."""
+    default = runtime_default(key)
+    if default is None:
+        return text
+    return f"{text} Default: {default or 'none'} (the runtime's)."
+
 
 ModeOpt = Annotated[Mode, typer.Option(
     "--mode", "-m", case_sensitive=False,
@@ -42,9 +56,9 @@ OutOpt = Annotated[Optional[str], typer.Option(
     "--out", "-o", metavar="DIR", callback=out_path,
     help="Trace directory to create (owner-only), or an empty one. {rank} expands from "
          f"{' / '.join(RANK_VARIABLES)}. Default: ./sigmatrace-<program>-<time>.")]
-RingOpt = Annotated[int, typer.Option(
-    "--ring-records", metavar="N", hidden=True,
-    help="Records buffered per recording thread (a power of two).")]
+RingOpt = Annotated[Optional[int], typer.Option(
+    "--ring-records", metavar="N", hidden=True, show_default=False,
+    help=runtime_help("ring_records", "Records buffered per recording thread (a power of two)."))]
 DebugDirOpt = Annotated[Optional[List[Path]], typer.Option(
     "--debug-dir", metavar="DIR",
     help="Where to look for separate debug info (DIR/.build-id/xx/yyyy.debug, or by debuglink) of "
@@ -73,10 +87,11 @@ DoorbellsOpt = Annotated[str, typer.Option(
 NoDoorbellsOpt = Annotated[bool, typer.Option(
     "--no-doorbells", help="Do not substitute GPU doorbell pages at all.")]
 RepeaterCpusOpt = Annotated[Optional[str], typer.Option(
-    "--repeater-cpus", metavar="LIST", help="Pin doorbell repeater threads to these CPUs (e.g. 2,3 or 8-11).")]
-WqeBatchOpt = Annotated[int, typer.Option(
-    "--wqe-batch", metavar="N", min=1,
-    help="Parse recovered WQEs once N send-queue slots wait (at most half of each ring).")]
+    "--repeater-cpus", metavar="LIST", show_default=False,
+    help=runtime_help("repeater_cpus", "Pin doorbell repeater threads to these CPUs (e.g. 2,3 or 8-11)."))]
+WqeBatchOpt = Annotated[Optional[int], typer.Option(
+    "--wqe-batch", metavar="N", min=1, show_default=False,
+    help=runtime_help("wqe_batch", "Parse recovered WQEs once N send-queue slots wait (at most half of each ring)."))]
 
 
 def capture_options(mode: Mode, providers: str | None, out: Path | None, ring_records: int | None = None,
@@ -88,7 +103,7 @@ def capture_options(mode: Mode, providers: str | None, out: Path | None, ring_re
     if out is not None:
         out, warning = expand_out(out)
     opts = CaptureOptions(mode=mode, providers=parse_providers(providers), out=out, follow_children=follow_children)
-    if ring_records:
+    if ring_records is not None:
         opts.ring_records = ring_records
     opts.debug_dirs = list(debug_dirs or [])
     return opts, warning

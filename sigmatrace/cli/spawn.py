@@ -9,7 +9,7 @@ from typing_extensions import Annotated
 from .options import (DebugDirOpt, DoorbellsOpt, LiveOpt, ModeOpt, NoDoorbellsOpt, OutOpt, ProvidersOpt,
                       RepeaterCpusOpt, RingOpt, WqeBatchOpt, capture_options, doorbell_options, positive_seconds,
                       with_live)
-from ..capture.config import DEFAULT_RING_RECORDS, Mode
+from ..capture.config import Mode
 
 HELP = """Start PROGRAM under the tracer and record its RDMA activity.
 
@@ -30,11 +30,11 @@ def register(app: typer.Typer) -> None:
         out: OutOpt = None,
         no_children: Annotated[bool, typer.Option("--no-children", help="Do not trace programs the target starts.")] = False,
         duration: Annotated[Optional[float], typer.Option("--duration", "-d", metavar="S", callback=positive_seconds, help="Stop tracing after S seconds (the program runs on).")] = None,
-        ring_records: RingOpt = DEFAULT_RING_RECORDS,
+        ring_records: RingOpt = None,
         doorbells: DoorbellsOpt = "wqe",
         no_doorbells: NoDoorbellsOpt = False,
         repeater_cpus: RepeaterCpusOpt = None,
-        wqe_batch: WqeBatchOpt = 128,
+        wqe_batch: WqeBatchOpt = None,
         debug_dir: DebugDirOpt = None,
         quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress lines, no summary.")] = False,
         verbose: Annotated[bool, typer.Option("--verbose", "-v", help="More progress detail.")] = False,

@@ -39,7 +39,7 @@ def top(
     doorbells: DoorbellsOpt = "wqe",
     no_doorbells: NoDoorbellsOpt = False,
     repeater_cpus: RepeaterCpusOpt = None,
-    wqe_batch: WqeBatchOpt = 128,
+    wqe_batch: WqeBatchOpt = None,
     interval: Annotated[Optional[float], typer.Option(
         "--interval", metavar="S", min=0.1, max=60.0, show_default=False,
         help="Seconds between redraws (default 0.5; without a terminal, between summary lines: 1).")] = None,

@@ -212,3 +212,50 @@ def test_wr_api(harness, tmp_path, mode):
         args = recs[recs["type"] == fmt.RecType.ATOMIC_ARGS]
         assert set(args["addr"]) == {3} and set(args["flags"]) == {fmt.RecFlag.CONT}
     assert int(snap.header["records_dropped"]) == 0
+
+
+def test_a_link_planted_at_a_stream_is_not_followed(harness, tmp_path):
+    """A symbolic link planted where a thread's stream goes: the runtime writes neither through
+    it nor into its target, says so (an `error` event), puts the stream under the next name, and
+    the process runs on."""
+    victim = tmp_path / "victim.txt"
+    victim.write_text("precious\n")
+    d = tmp_path / "p1"
+    out = run(harness, d, "planted", "simple", threads=0, calls=100, ring=str(victim))
+    assert out["hooked"] == 3 and out["restored"] == 1 and out["provider_sends"] == 200
+    assert victim.read_text() == "precious\n"
+    links = [p for p in (d / "streams").iterdir() if p.is_symlink()]
+    assert len(links) == 1 and os.readlink(links[0]) == str(victim)
+    tid = links[0].name[1:-len(".bin")]
+    errors = [ev["msg"] for ev in ProcessTrace(d).cold() if ev["ev"] == "error"]
+    assert errors == [f"t{tid}.bin exists and is a symbolic link, not a file of ours: not followed, not written"]
+    stream = d / "streams" / f"t{tid}-1.bin"
+    recs = [s.read() for s in ProcessTrace(d).streams() if s.path == stream]
+    assert len(recs) == 1 and int((recs[0]["type"] == fmt.RecType.POST_SEND).sum()) == 100
+
+
+@pytest.mark.parametrize("planted,rc,left", [
+    ("cold.jsonl", -17, ["cold.jsonl", "streams"]),           # EEXIST: never opened through the link
+    ("live.bin", -5, ["cold.jsonl", "live.bin", "streams"]),  # EIO: live.bin could not be created
+    ("streams", -20, ["streams"]),                            # ENOTDIR: the link is not a directory of ours
+])
+def test_a_link_planted_in_the_trace_directory_stops_the_session_cleanly(harness, tmp_path, planted, rc, left):
+    """A link at the trace directory's cold.jsonl, live.bin or streams/ before tracing starts:
+    st_init refuses (nothing is written through the link) and the process goes on."""
+    victim = tmp_path / "victim"
+    if planted == "streams":
+        victim.mkdir()
+    else:
+        victim.write_text("precious\n")
+    d = tmp_path / "p1"
+    d.mkdir(mode=0o700)
+    (d / planted).symlink_to(victim)
+    res = subprocess.run([str(harness), str(paths.native("libsigmatrace_rt.so")), str(d), "config", "simple", "0", "0",
+                          ""], capture_output=True, text=True, timeout=60)
+    assert res.returncode == 0, res.stderr
+    assert json.loads(res.stdout.strip().splitlines()[-1])["hooked"] == rc
+    if planted == "streams":
+        assert list(victim.iterdir()) == []
+    else:
+        assert victim.read_text() == "precious\n"
+    assert (d / planted).is_symlink() and sorted(p.name for p in d.iterdir()) == left

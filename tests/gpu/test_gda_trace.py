@@ -250,9 +250,10 @@ def test_controller_killed_mid_run_program_completes(tmp_path):
     assert int(snap.header["state"]) == 3  # controller lost
     rep = snap.repeaters[0]
     assert int(rep["forwarded"]) == int(rep["doorbells"]) > 0
-    # every doorbell after the loss was still forwarded: the repeater saw the program's last one
+    # live.bin is let go when tracing stops: its counters end at the loss, mid-run; every doorbell
+    # after it was still forwarded (the program, which waits for its completions, finished verified)
     qp = [q for q in snap.qps if int(q["qpn"]) == s["qps"][0]["qpn"]][0]
-    assert int(qp["pi"]) == s["qps"][0]["pi"]
+    assert 0 < int(qp["pi"]) < s["qps"][0]["pi"]
     recs = np.concatenate([st.read() for st in p.streams()])
     assert 0 < len(recs[recs["type"] == int(RecType.DOORBELL)]) < 80000
 
@@ -285,7 +286,9 @@ def test_detach_mid_run_records_every_wqe_of_its_doorbells(tmp_path):
     assert int(db["len"].astype(np.int64).sum()) == len(wqe) == int(live_qp["wqes"])
     assert int(live_qp["wqe_losses"]) == 0 and not (mine["type"] == int(RecType.WQE_LOSS)).any()
     assert list(wqe["aux32"]) == list(range(len(wqe)))           # one WQE per block, in order
-    assert int(live_qp["doorbells"]) == rung                      # forwarding went on after the stop
+    # live.bin is let go at the stop, so its counters end there; forwarding went on after it (the
+    # program, each operation waiting for its completion, rang all `rung` and finished verified)
+    assert len(db) <= int(live_qp["doorbells"]) < rung
 
 
 def test_demo_runs_and_prints_the_report(tmp_path):

@@ -12,6 +12,9 @@
  *   wr      the ibv_wr_* API on a fake ibv_qp_ex: per call, one batch of RDMA_WRITE (one SGE of
  *           200 B), SEND_WITH_IMM (an SGE list of 50 + 60 B) and FETCH_AND_ADD, completed; then
  *           one batch that is aborted
+ *   config  st_init with only dir= and the lines of RING (';' separates them), then st_stop
+ *   planted after st_init, a symbolic link to the file RING is planted where this thread's
+ *           stream goes (DIR/streams/t<tid>.bin); this thread posts CALLS times, then st_stop
  */
 #include <arpa/inet.h>
 #include <dlfcn.h>
@@ -21,6 +24,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -218,6 +222,23 @@ int main(int argc, char **argv)
         provider_sends = wr_ops;
         provider_recvs = wr_sge_bytes;
         provider_polls = wr_completes * 1000 + wr_aborts;
+    } else if (!strcmp(scenario, "config")) {
+        char cfg[4096];
+        int n = snprintf(cfg, sizeof(cfg), "dir=%s\n", dir);
+        for (const char *c = ring; *c && n + 2 < (int)sizeof(cfg); c++)
+            cfg[n++] = *c == ';' ? '\n' : *c;
+        cfg[n] = 0;
+        hooked = st_init(cfg);
+        st_stop(1);
+    } else if (!strcmp(scenario, "planted")) {
+        hooked = start(dir, mode, "65536", 0);
+        char link[4200];
+        snprintf(link, sizeof(link), "%s/streams/t%d.bin", dir, (int)syscall(SYS_gettid));
+        if (symlink(ring, link) != 0)
+            perror("symlink");
+        worker(NULL);
+        st_stop(1);
+        restored = ctx.ops.post_send == fake_post_send;
     } else if (!strcmp(scenario, "lost")) {
         pid_t c = fork();
         if (c == 0) {
