@@ -45,6 +45,8 @@ class ClockModel:
             fallback_real_ns: int | None = None) -> "ClockModel":
         """The model through `points`; with none, a nominal one anchored at `fallback_real_ns`."""
         notes: list[str] = []
+        # damaged CALIB records (reported by the reader) may hold values beyond int64: unusable
+        points = [p for p in points if max(p.tsc, p.mono_ns, p.real_ns) < 1 << 63 and min(p.tsc, p.mono_ns, p.real_ns) >= 0]
         pts = sorted({(p.tsc, p.real_ns, p.mono_ns) for p in points if p.tsc and p.real_ns})
         # one triple per TSC value, real increasing with TSC
         clean: list[tuple[int, int, int]] = []
