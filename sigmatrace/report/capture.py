@@ -183,6 +183,7 @@ def compute(td: TraceDir) -> dict:
     for q in qps.values():
         peers = [r for r in by_qpn.get(q["remote_qpn"], []) if r["remote_qpn"] == q["qpn"] and r is not q]
         q["remote_pid"] = peers[0]["pid"] if len(peers) == 1 else None
+    damaged = _damaged_files(td)
     session = td.session or {}
     status = session.get("status")
     if status in (None, "running") and any(pr["state"] == "controller_lost" for pr in processes):
@@ -205,7 +206,37 @@ def compute(td: TraceDir) -> dict:
         "coverage": coverage,
         "providers": {k: sorted(v) for k, v in sorted(providers.items())},
         "processes": processes,
+        "damaged": damaged,
     }
+
+
+def _damaged_files(td: TraceDir) -> dict:
+    """The files where reading met damage, by kind: what the rich view explains."""
+    out: dict[str, set] = {"streams": set(), "live": set(), "cold": set(), "meta": set()}
+    for pr in td.all_problems():
+        path = pr.path
+        if path.parent.name == "streams" or path.name == "streams":
+            out["streams"].add(str(path))
+        elif path.name == "live.bin":
+            out["live"].add(str(path))
+        elif path.name == "cold.jsonl":
+            out["cold"].add(str(path))
+        elif path.name in ("meta.json", "session.json"):
+            out["meta"].add(str(path))
+    return {k: sorted(v) for k, v in out.items() if v}
+
+
+# What damage of each kind means for the counts shown (rich view).
+DAMAGE_MEANS = {
+    "streams": "records could not be read from {n} stream file(s): the totals (sent, received, ops and bytes per QP) "
+               "come from the live block and are whole, but the record counts and the per-opcode detail of each QP "
+               "count only the records that were read, so they fall short of the totals",
+    "live": "the live block of {n} process(es) could not be read: their totals, coverage and drops are unknown "
+            "(shown as 0); only what their records and cold events show is counted",
+    "cold": "{n} cold-event file(s) lost events: calls, QPs and peers made by the skipped lines are missing",
+    "meta": "{n} metadata file(s) are damaged or missing: what they would say (command line, host, session) "
+            "is unknown or taken as the default",
+}
 
 
 def render(report: dict, console) -> None:
@@ -231,6 +262,9 @@ def render(report: dict, console) -> None:
     console.print(Panel(head, title="sigmatrace capture", expand=False))
     for nt in report.get("not_traced", []):
         console.print(f"[yellow]pid {nt['pid']} QP {nt['qpn']}: {nt['why']} ({nt['api']}).[/]")
+    for kind, files in report.get("damaged", {}).items():
+        if kind in DAMAGE_MEANS:
+            console.print(f"[red]Damaged trace: {DAMAGE_MEANS[kind].format(n=len(files))}.[/]", highlight=False)
     if not cov.get("hooks_installed"):
         console.print("[yellow]No hooks were installed: the program never loaded a traced library "
                       "(e.g. libibverbs), so zero counts here mean nothing was observable.[/]")

@@ -1,0 +1,76 @@
+"""`report` on damaged traces: every damage the export notices is listed (file and byte offset),
+once, and the rich view says what it means for the counts it shows."""
+import json
+import subprocess
+import sys
+
+import numpy as np
+
+from sigmatrace.report import build_report
+from sigmatrace.trace import format as fmt
+from sigmatrace.trace.reader import TraceDir
+
+from .conftest import build_two_nodes
+
+HDR, REC = fmt.STREAM_HEADER_SIZE, fmt.RECORD_SIZE
+
+
+def _report(d):
+    return build_report(TraceDir(d))
+
+
+def test_stream_damage_is_listed_with_file_and_offset(tmp_path):
+    t, dirs = build_two_nodes(tmp_path / "run")
+    main = dirs[0] / "p4242" / "streams" / "t4242.bin"
+    other = dirs[0] / "p4242" / "streams" / "t4342.bin"
+    assert _report(dirs[0])["problems"] == []
+    n = (main.stat().st_size - HDR) // REC
+    with open(main, "r+b") as f:           # one seq byte flipped, the last 20 records and a half cut off
+        f.seek(HDR + 10 * REC + 44)
+        f.write(b"\x77")
+        f.truncate(HDR + (n - 20) * REC + 30)
+    with open(other, "r+b") as f:          # cut at a record boundary: only the live block's count shows it
+        f.truncate(HDR + 100 * REC)
+    rep = _report(dirs[0])
+    assert rep["problems"] == [
+        f"{main} at byte {HDR + (n - 20) * REC}: cut short: thread 4242 wrote {n} records, {n - 20} are here "
+        "(20 missing)",
+        f"{other} at byte {HDR + 100 * REC}: cut short: thread 4342 wrote 107 records, 100 are here (7 missing)",
+        f"{main} at byte {HDR + (n - 20) * REC}: truncated record (30 trailing bytes) skipped",
+        f"{main} at byte {HDR + 10 * REC}: sequence jumps from 10 to {_seq(main, 10)}",
+        f"{main} at byte {HDR + 11 * REC}: sequence jumps from {_seq(main, 10)} to 12",
+    ]
+    assert rep["damaged"] == {"streams": [str(main), str(other)]}
+
+
+def _seq(path, i):
+    return int(np.fromfile(path, dtype=fmt.RECORD_DTYPE, offset=HDR)["seq"][i])
+
+
+def test_live_block_damage_listed_once(tmp_path):
+    t, dirs = build_two_nodes(tmp_path / "run")
+    live = dirs[0] / "p4242" / "live.bin"
+    with open(live, "r+b") as f:
+        f.truncate(100)
+    rep = _report(dirs[0])
+    assert rep["problems"] == [f"{live}: live block truncated (100 of {3166208} bytes)"]
+    assert rep["damaged"] == {"live": [str(live)]}
+
+
+def test_rich_report_explains_damaged_streams(tmp_path):
+    t, dirs = build_two_nodes(tmp_path / "run")
+    main = dirs[0] / "p4242" / "streams" / "t4242.bin"
+    with open(main, "r+b") as f:
+        f.truncate(HDR + 150 * REC)
+    r = subprocess.run([sys.executable, "-m", "sigmatrace.cli.main", "report", str(dirs[0])],
+                       capture_output=True, text=True, timeout=60, env={"COLUMNS": "400", "PATH": "/usr/bin"})
+    assert r.returncode == 0, r.stderr
+    out = " ".join(r.stdout.split())
+    assert ("Damaged trace: records could not be read from 1 stream file(s): the totals (sent, received, ops and "
+            "bytes per QP) come from the live block and are whole, but the record counts and the per-opcode detail "
+            "of each QP count only the records that were read, so they fall short of the totals.") in out
+    assert f"{main} at byte {HDR + 150 * REC}: cut short: thread 4242 wrote 234 records, 150 are here (84 missing)" in out
+    js = subprocess.run([sys.executable, "-m", "sigmatrace.cli.main", "report", "--json", str(dirs[0])],
+                        capture_output=True, text=True, timeout=60)
+    assert json.loads(js.stdout)["problems"] == [
+        f"{main} at byte {HDR + 150 * REC}: cut short: thread 4242 wrote 234 records, 150 are here (84 missing)"]
