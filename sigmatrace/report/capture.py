@@ -9,7 +9,7 @@ mode); a QP whose peer was never seen has `remote_qpn` null.
 from __future__ import annotations
 
 import json
-
+import re
 from collections import Counter, defaultdict
 
 import numpy as np
@@ -226,6 +226,25 @@ def _damaged_files(td: TraceDir) -> dict:
     return {k: sorted(v) for k, v in out.items() if v}
 
 
+# What each session status (FORMAT.md) means for the counts of the report.
+STATUS_MEANS = {
+    "completed": "the program ran to its end under tracing: counts are whole (less any drops shown)",
+    "detached": "tracing stopped (--duration, or a detach) while the program went on: counts cover the traced "
+                "span only",
+    "interrupted": "tracing was stopped (Ctrl-C or SIGTERM) before the program ended, and the program went on "
+                   "untraced: counts cover only what happened until then",
+    "controller_lost": "the sigmatrace controller was killed (kill -9, a crash) while tracing; each traced process "
+                       "noticed, stopped recording and flushed what it held: counts cover only what happened until "
+                       "then, the session has no end time and meta.json may lack its last libraries",
+    "running": "the session has no end: it is still being traced, or its controller died where no traced process "
+               "could notice; counts are what was recorded so far",
+    "failed": "tracing never started (see the session's warnings): there is nothing to count",
+}
+INCOMPLETE = {"interrupted", "controller_lost", "running", "failed"}
+
+# Problems that change how the whole trace is read: each also gets a warning line at the top.
+_WARN = re.compile(r"(session|meta)\.json: (missing|format|version)")
+
 # What damage of each kind means for the counts shown (rich view).
 DAMAGE_MEANS = {
     "streams": "records could not be read from {n} stream file(s): the totals (sent, received, ops and bytes per QP) "
@@ -249,6 +268,9 @@ def render(report: dict, console) -> None:
     head = Table.grid(padding=(0, 2))
     head.add_row("trace", report.get("trace", ""))
     head.add_row("mode", str(report.get("mode")), )
+    status = report.get("status")
+    if status is not None:
+        head.add_row("session", str(status))
     head.add_row("processes", ", ".join(f"{p['dir']} ({' '.join((p.get('argv') or [])[:3])})" for p in report.get("processes", [])))
     head.add_row("coverage", cov_text)
     providers = report.get("providers", {})
@@ -262,6 +284,12 @@ def render(report: dict, console) -> None:
     console.print(Panel(head, title="sigmatrace capture", expand=False))
     for nt in report.get("not_traced", []):
         console.print(f"[yellow]pid {nt['pid']} QP {nt['qpn']}: {nt['why']} ({nt['api']}).[/]")
+    if status in INCOMPLETE:
+        what = "interrupted" if status in ("interrupted", "controller_lost") else "incomplete"
+        console.print(f"[yellow]Trace {what} ({status}): {STATUS_MEANS[status]}.[/]", highlight=False)
+    for pr in report.get("problems", []):
+        if _WARN.search(pr):
+            console.print(f"[yellow]warning: {pr}[/]", highlight=False, soft_wrap=True)
     for kind, files in report.get("damaged", {}).items():
         if kind in DAMAGE_MEANS:
             console.print(f"[red]Damaged trace: {DAMAGE_MEANS[kind].format(n=len(files))}.[/]", highlight=False)

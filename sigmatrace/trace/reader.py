@@ -270,17 +270,16 @@ class ProcessTrace:
         The runtime publishes its counts after each write, so a stream never holds fewer records
         than they say unless it was damaged afterwards."""
         sizes: dict[int, list[tuple[Path, int]]] = {}
+        total = 0           # every stream's records: counting the eBPF loader's too can only hide damage
         for path in self.stream_paths():
-            if path.name.startswith("cxi-"):
-                continue            # the eBPF loader's streams, not counted by the runtime
-            m = _STREAM_NAME.match(path.name)
-            if m is None:
-                continue
             try:
                 n = max(0, path.stat().st_size - fmt.STREAM_HEADER_SIZE) // fmt.RECORD_SIZE
             except OSError:
                 continue
-            sizes.setdefault(int(m.group(1)), []).append((path, n))
+            total += n
+            m = _STREAM_NAME.match(path.name)     # t<tid>.bin: the runtime's (cxi-<tid>.bin: the eBPF loader's)
+            if m is not None:
+                sizes.setdefault(int(m.group(1)), []).append((path, n))
         flagged = 0
         for tid, want in _by_tid(snap.threads).items():
             files = sizes.get(tid, [])
@@ -291,7 +290,6 @@ class ProcessTrace:
                 where = fmt.STREAM_HEADER_SIZE + n * fmt.RECORD_SIZE if files else None
                 self.add_problem(Problem(path, where, f"cut short: thread {tid} wrote {want} records, "
                                                       f"{have} are here ({want - have} missing)"))
-        total = sum(n for files in sizes.values() for _, n in files)
         written = int(snap.header["records_written"])
         if total + flagged < written:
             self.add_problem(Problem(self.path / "streams", None,

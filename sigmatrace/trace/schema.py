@@ -8,8 +8,11 @@ unchecked (producers only add).  `None` is accepted everywhere: readers treat nu
 from __future__ import annotations
 
 INT, STR, BOOL, LIST, DICT = "integer", "string", "boolean", "list", "object"
+# the runtime (C) writes flags as 0/1, the agent (JavaScript) as true/false; port_info's state is
+# a number (ibv_port_state), a QP's a name
+FLAG, STATE = "boolean or 0/1", "string or integer"
 
-_PY = {INT: (int,), STR: (str,), BOOL: (bool,), LIST: (list,), DICT: (dict,)}
+_PY = {INT: (int,), STR: (str,), BOOL: (bool,), LIST: (list,), DICT: (dict,), FLAG: (bool, int), STATE: (str, int)}
 
 SESSION = {
     "format": STR, "version": INT, "sigmatrace_version": STR, "command": STR, "mode": STR,
@@ -42,20 +45,20 @@ COLD = {
     "fake_host": INT, "fake_dptr": INT, "cpu": INT, "thread": INT, "pages": INT, "doorbells": INT,
     "cpu_ns": INT, "wall_ns": INT, "spins": INT, "backoffs": INT, "sleeps": INT, "armed_copies": INT,
     "copied_after_forward": INT, "lines": INT, "doorbell_mappings": INT, "unwatched_pages": INT,
-    "ring_records": INT, "slots": INT, "wr_hooks": INT, "base": INT, "qkey": INT,
-    "dev": STR, "gid": STR, "link_layer": STR, "type": STR, "state": STR, "dgid": STR, "rgid": STR,
+    "ring_records": INT, "slots": LIST, "opcode": INT, "wr_hooks": INT, "base": INT, "qkey": INT,
+    "dev": STR, "gid": STR, "link_layer": STR, "type": STR, "state": STATE, "dgid": STR, "rgid": STR,
     "st": STR, "mem": STR, "kind": STR, "symbol": STR, "path": STR, "build_id": STR, "why": STR,
     "where": STR, "msg": STR, "provider": STR, "via": STR, "api": STR, "how": STR,
     "installed": LIST, "failed": LIST,
-    "substituted": BOOL, "preexisting": BOOL, "wrapped": BOOL, "available": BOOL, "is_global": BOOL,
-    "sq_sig_all": BOOL,
+    "substituted": FLAG, "preexisting": FLAG, "wrapped": FLAG, "available": FLAG, "is_global": FLAG,
+    "sq_sig_all": FLAG,
 }
 # ...and the fields whose type depends on the kind of event
 COLD_BY_EV = {
-    "devx_uar_alloc": {"uar": INT}, "devx_uar_free": {"uar": INT}, "cu_host_register": {"uar": BOOL},
-    "cu_device_pointer": {"host": INT}, "runtime": {"mode": INT, "attached": BOOL},
+    "devx_uar_alloc": {"uar": INT}, "devx_uar_free": {"uar": INT}, "cu_host_register": {"uar": FLAG},
+    "cu_device_pointer": {"host": INT}, "runtime": {"mode": INT, "attached": FLAG},
     "repeater_start": {"mode": STR}, "repeater_stop": {"mode": STR, "why": STR},
-    "uar_scan": {"known": INT}, "qp_query": {"known": BOOL}, "devx_qp_modify": {"op": STR},
+    "uar_scan": {"known": INT}, "qp_query": {"known": FLAG}, "devx_qp_modify": {"op": STR},
 }
 
 
@@ -80,8 +83,10 @@ def _a(name: str) -> str:
 def fits(value, want: str) -> bool:
     if value is None:
         return True
+    if want in (INT, STATE) and isinstance(value, bool):
+        return False
     if want == INT:
-        return isinstance(value, int) and not isinstance(value, bool)
+        return isinstance(value, int)
     return isinstance(value, _PY[want])
 
 

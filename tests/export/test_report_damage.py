@@ -74,3 +74,28 @@ def test_rich_report_explains_damaged_streams(tmp_path):
                         capture_output=True, text=True, timeout=60)
     assert json.loads(js.stdout)["problems"] == [
         f"{main} at byte {HDR + 150 * REC}: cut short: thread 4242 wrote 234 records, 150 are here (84 missing)"]
+
+
+def test_rich_report_says_the_controller_was_lost(tmp_path):
+    """kill -9 of the controller: session.json stays `running`, each runtime records
+    controller_lost; the rich report says the trace was interrupted and what that means."""
+    from sigmatrace.trace import live as lv
+    t, dirs = build_two_nodes(tmp_path / "run")
+    sess = dirs[0] / "session.json"
+    s = json.loads(sess.read_text())
+    s["status"] = "running"
+    s.pop("ended_ns", None)
+    sess.write_text(json.dumps(s))
+    h = np.memmap(dirs[0] / "p4242" / "live.bin", dtype=lv.HEADER_DTYPE, mode="r+", shape=(1,))
+    h["state"] = lv.State.CONTROLLER_LOST
+    h.flush()
+    del h
+    assert _report(dirs[0])["status"] == "controller_lost"
+    r = subprocess.run([sys.executable, "-m", "sigmatrace.cli.main", "report", str(dirs[0])],
+                       capture_output=True, text=True, timeout=60, env={"COLUMNS": "400", "PATH": "/usr/bin"})
+    assert r.returncode == 0, r.stderr
+    out = " ".join(r.stdout.split())
+    assert ("Trace interrupted (controller_lost): the sigmatrace controller was killed (kill -9, a crash) while "
+            "tracing; each traced process noticed, stopped recording and flushed what it held: counts cover only what "
+            "happened until then, the session has no end time and meta.json may lack its last libraries.") in out
+    assert "session controller_lost" in out
