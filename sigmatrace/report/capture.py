@@ -14,10 +14,11 @@ from collections import Counter, defaultdict
 
 import numpy as np
 
+from ..correlate.clock import CalibPoint, ClockModel
 from ..decode import names
 from ..trace import format as fmt
 from ..trace import live as lv
-from ..trace.reader import TraceDir
+from ..trace.reader import Problem, TraceDir
 
 HOT_CALLS = {lv.Call.POST_SEND: "ibv_post_send", lv.Call.POST_RECV: "ibv_post_recv",
              lv.Call.POLL_CQ: "ibv_poll_cq", lv.Call.POST_SRQ_RECV: "ibv_post_srq_recv"}
@@ -38,7 +39,7 @@ def _op_name(op: int) -> str:
     return names.IBV_WR.get(int(op), f"UNKNOWN_0x{int(op):x}")
 
 
-def _process_summary(p, qps: dict, totals: dict) -> dict:
+def _process_summary(p, qps: dict, totals: dict, session_started=None) -> dict:
     """Fold one process into the totals; return its own summary."""
     snap = p.live()
     cold = p.cold()
@@ -110,8 +111,11 @@ def _process_summary(p, qps: dict, totals: dict) -> dict:
         elif kind == "qp_destroy" and ev.get("qpn"):
             _qp(qps, p, int(ev["qpn"]))["destroyed"] = True
     # records: counts by type, and per-QP opcode detail where the mode recorded it
+    calib: list[CalibPoint] = []
     for s in p.streams():
         for recs in s.chunks():
+            for r in recs[recs["type"] == fmt.RecType.CALIB]:
+                calib.append(CalibPoint(int(r["ts"]), int(r["addr"]), int(r["extra"])))
             types, counts = np.unique(recs["type"], return_counts=True)
             for ty, c in zip(types, counts):
                 if ty == fmt.RecType.CALIB:  # the flusher's clock pairs, not events
@@ -133,7 +137,23 @@ def _process_summary(p, qps: dict, totals: dict) -> dict:
                     name = _op_name(int(k) & 0xFF)
                     q["ops_by_opcode"][name] = q["ops_by_opcode"].get(name, 0) + int(o)
                     q["bytes_by_opcode"][name] = q["bytes_by_opcode"].get(name, 0) + int(b)
+    _clock_notes(p, snap, calib, session_started)
     return proc
+
+
+def _clock_notes(p, snap, calib: list, session_started) -> None:
+    """What the export's clock fit says of the process's calibration (a triple going back, a step,
+    none at all), as problems: the report lists every damage the export notices."""
+    hint = None
+    if snap is not None:
+        h = snap.header
+        for t, m, r in (("start_tsc", "start_mono_ns", "start_real_ns"), ("end_tsc", "end_mono_ns", "end_real_ns")):
+            if int(h[t]) and int(h[r]):
+                calib.append(CalibPoint(int(h[t]), int(h[m]), int(h[r])))
+        hint = float(h["tsc_hz"]) or None
+    fallback = session_started or p.meta.get("started_ns")
+    for note in ClockModel.fit(calib, hint, fallback).notes:
+        p.add_problem(Problem(p.path, None, note))
 
 
 def _qp(qps: dict, p, qpn: int) -> dict:
@@ -158,7 +178,8 @@ def compute(td: TraceDir) -> dict:
     totals = {"calls": Counter(), "ops": Counter(), "bytes": 0, "drops": 0, "records": Counter(), "calibrations": 0, "not_traced": [],
               "recv_wrs": 0, "recv_bytes": 0, "completions": 0, "completion_errors": 0}
     qps: dict = {}
-    processes = [_process_summary(p, qps, totals) for p in td.processes]
+    started = (td.session or {}).get("started_ns")
+    processes = [_process_summary(p, qps, totals, started) for p in td.processes]
     coverage = {name: any(pr["coverage"][name] for pr in processes) for name, _ in STAGES}
     providers: dict = defaultdict(set)
     for pr in processes:

@@ -170,6 +170,8 @@ class ColdEvents:
     events: list[dict]
     problems: list[Problem] = field(default_factory=list)
     skipped: int = 0          # whole lines whose fields break FORMAT.md's types
+    lines: int = 0            # whole lines read, sound or not
+    size: int = 0             # bytes in the file
 
 
 def read_cold(path: str | os.PathLike) -> ColdEvents:
@@ -188,6 +190,7 @@ def read_cold(path: str | os.PathLike) -> ColdEvents:
             if not line.endswith(b"\n"):
                 out.problems.append(Problem(path, start, "torn last line skipped"))
                 break
+            out.lines += 1
             try:
                 ev = json.loads(line)
             except ValueError:
@@ -205,6 +208,7 @@ def read_cold(path: str | os.PathLike) -> ColdEvents:
                 out.problems.append(Problem(path, start, f"event of wrong types skipped ({why})"))
     if out.skipped > MAX_NAMED:
         out.problems.append(Problem(path, None, f"{out.skipped - MAX_NAMED} more events of wrong types skipped"))
+    out.size = offset
     return out
 
 
@@ -290,6 +294,12 @@ class ProcessTrace:
                 where = fmt.STREAM_HEADER_SIZE + n * fmt.RECORD_SIZE if files else None
                 self.add_problem(Problem(path, where, f"cut short: thread {tid} wrote {want} records, "
                                                       f"{have} are here ({want - have} missing)"))
+        cold = self._cold if self._cold is not None else read_cold(self.path / "cold.jsonl")
+        events = int(snap.header["cold_events"])
+        if cold.lines < events:
+            self.add_problem(Problem(self.path / "cold.jsonl", cold.size,
+                                     f"cut short: the runtime wrote {events} events, {cold.lines} lines are here "
+                                     f"({events - cold.lines} missing)"))
         written = int(snap.header["records_written"])
         if total + flagged < written:
             self.add_problem(Problem(self.path / "streams", None,

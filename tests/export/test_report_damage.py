@@ -99,3 +99,28 @@ def test_rich_report_says_the_controller_was_lost(tmp_path):
             "tracing; each traced process noticed, stopped recording and flushed what it held: counts cover only what "
             "happened until then, the session has no end time and meta.json may lack its last libraries.") in out
     assert "session controller_lost" in out
+
+
+def test_cold_cut_at_a_line_and_clock_notes_as_the_export_sees_them(tmp_path):
+    """A cold.jsonl cut at a line boundary (the live block counts its events) and a calibration
+    triple going back in realtime: the report lists both, as the export does."""
+    from sigmatrace.correlate.correlator import Correlator
+    t, dirs = build_two_nodes(tmp_path / "run")
+    cold = dirs[0] / "p4242" / "cold.jsonl"
+    lines = cold.read_bytes().splitlines(keepends=True)
+    cold.write_bytes(b"".join(lines[:-3]))
+    main = dirs[0] / "p4242" / "streams" / "t4242.bin"
+    recs = np.fromfile(main, dtype=fmt.RECORD_DTYPE, offset=HDR)
+    i = int(np.flatnonzero(recs["type"] == fmt.RecType.CALIB)[1])
+    back = recs["extra"][i] - 10**9              # a realtime one second earlier than it was
+    with open(main, "r+b") as f:
+        f.seek(HDR + i * REC + 32)
+        f.write(np.array([back], "<u8").tobytes())
+    rep = _report(dirs[0])
+    want = [f"{cold} at byte {sum(map(len, lines[:-3]))}: cut short: the runtime wrote {len(lines)} events, "
+            f"{len(lines) - 3} lines are here (3 missing)",
+            f"{dirs[0] / 'p4242'}: calibration triple at tsc {recs['ts'][i]} goes back in realtime; dropped"]
+    assert [p for p in rep["problems"] if p in want] == want
+    exported = {str(p) for p in Correlator([dirs[0]]).problems}
+    assert exported <= set(rep["problems"])
+    assert set(want) <= exported
