@@ -24,6 +24,8 @@ from .live import LiveBlock, LiveFormatError, LiveSnapshot
 DEFAULT_CHUNK_RECORDS = 1 << 20
 # Damage of one kind named one by one in a file before the rest are counted in one Problem.
 MAX_NAMED = 16
+# Linux's PID_MAX_LIMIT: no pid or thread id reaches it.
+PID_LIMIT = 1 << 22
 # Clock values of a CALIB record are signed 64-bit ns/ticks: a larger one is a damaged record.
 CLOCK_LIMIT = 1 << 63
 
@@ -71,8 +73,16 @@ class StreamFile:
             clock = fmt.Clock(int(raw["clock"]))
         except ValueError:
             raise TraceFormatError(f"{self.path}: unknown clock {int(raw['clock'])}") from None
-        self.header = StreamHeader(int(raw["pid"]), int(raw["tid"]), clock,
-                                   bytes(raw["name"]).rstrip(b"\0").decode(errors="replace"), int(raw["flags"]))
+        pid, tid = int(raw["pid"]), int(raw["tid"])
+        if max(pid, tid) >= PID_LIMIT:
+            # a damaged id: the file's name still tells the thread (t<tid>.bin, cxi-<tid>.bin)
+            m = re.search(r"(\d+)(-\d+)?\.bin$", self.path.name)
+            named = int(m.group(1)) if m and int(m.group(1)) < PID_LIMIT else 0
+            self._problem(Problem(self.path, 16, f"impossible pid {pid} / thread id {tid} in the header; "
+                                                 f"thread {named} taken from the file's name"))
+            pid, tid = (pid if pid < PID_LIMIT else 0), named
+        self.header = StreamHeader(pid, tid, clock, bytes(raw["name"]).rstrip(b"\0").decode(errors="replace"),
+                                   int(raw["flags"]))
         body = size - fmt.STREAM_HEADER_SIZE
         self.n_records = body // fmt.RECORD_SIZE
         tail = body % fmt.RECORD_SIZE
