@@ -127,3 +127,15 @@ def test_meta_and_session_wrong_types_drop_the_key(tmp_path):
         "key skipped: 'processes' holds a string where each item is an integer",
         "key skipped: 'argv' is an integer, expected a list",
         "key skipped: 'attached' is a string, expected a boolean"]
+
+
+def test_impossible_thread_id_in_a_stream_header(tmp_path):
+    p = tmp_path / "t77.bin"
+    _stream(p, 3)
+    with open(p, "r+b") as f:
+        f.seek(20)
+        f.write((3053457554).to_bytes(4, "little"))
+    s = StreamFile(p)
+    assert s.header.tid == 77 and len(s.read()) == 3
+    assert [(pr.offset, pr.what) for pr in s.problems] == [
+        (16, "impossible pid 10 / thread id 3053457554 in the header; thread 77 taken from the file's name")]
