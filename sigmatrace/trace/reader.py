@@ -241,9 +241,8 @@ class ProcessTrace:
             raise TraceFormatError(f"{self.path}: not a process directory (expected p<pid>)") from None
         meta_path = self.path / "meta.json"
         meta = _read_json(meta_path, self.problems, schema.META, schema.META_ITEMS)
-        if meta is None and not meta_path.exists():
-            self.add_problem(Problem(meta_path, None, "missing: the process's command line, host and libraries "
-                                                      "are unknown"))
+        # the controller writes it: TraceDir reports it missing (a runtime run alone has none)
+        self.meta_missing = meta is None and not meta_path.exists()
         self.meta = meta or {"pid": self.pid}
         self._cold: ColdEvents | None = None
         self._lengths_checked = False
@@ -360,6 +359,10 @@ class TraceDir:
         host = (self.session or {}).get("host")
         self.processes = [ProcessTrace(p, default_host=host) for p in procs]
         self.processes += [ProcessTrace(p, node=p.parent.name) for p in nested]
+        for pt in self.processes:
+            if pt.meta_missing:
+                pt.add_problem(Problem(pt.path / "meta.json", None,
+                                       "missing: the process's command line, host and libraries are unknown"))
 
     def _check_session(self) -> None:
         """A session of another format or version is read as this one, and said so."""
