@@ -1,6 +1,9 @@
-"""Random damage to real-shaped traces, each case through report --json, export --perfetto, sql
-and matrix (their code paths, called in-process): no exception escapes, none hangs, and every
-damage the format can detect is named among the problems, by its file.
+"""Random damage to traces, each case through report --json, export --perfetto, sql and matrix
+(their code paths, called in-process): no exception escapes, none hangs, every damage the format
+can detect is named among the problems of each, by its file, and the report shows everything the
+export noticed.  The traces: a synthetic two-node one (GPU doorbells and WQEs included) and,
+where ibv_rc_pingpong is installed, both sides of a real capture on the emulated NIC, made once;
+cases alternate between them.
 
 Seeded and reproducible: SIGMATRACE_FUZZ_SEED (default below) and SIGMATRACE_FUZZ_CASES pick the
 run, SIGMATRACE_FUZZ_CASE=N replays one case.  A failure prints the seed, the case and the
@@ -76,6 +79,41 @@ def build_base(root: Path) -> list[Path]:
     """Two nodes, verbs ping-pong, RDMA writes, GPU doorbells and WQEs (tests/export/conftest.py)."""
     from tests.export.conftest import build_two_nodes
     return build_two_nodes(root, iters=12)[1]
+
+
+PINGPONG = shutil.which("ibv_rc_pingpong")
+
+
+def capture_real(root: Path) -> list[Path]:
+    """Both sides of Debian's ibv_rc_pingpong, each under `sigmatrace spawn --mode full`, on the
+    emulated NIC: what the runtime and the agent really write."""
+    import socket
+    import subprocess
+    import sys
+    import time
+
+    from sigmatrace.simnic import cleanup, environment, unique_fabric
+    fabric = unique_fabric()
+    env = {**os.environ, **environment(devices=1, fabric=fabric)}
+    with socket.socket() as sk:
+        sk.bind(("127.0.0.1", 0))
+        port = sk.getsockname()[1]
+    spawn = [sys.executable, "-m", "sigmatrace.cli.main", "spawn", "-q", "--mode", "full", "--out"]
+    args = [PINGPONG, "-n", "40", "-s", "1024", "-p", str(port)]
+    server = subprocess.Popen([*spawn, str(root / "server"), "--", *args], env=env, start_new_session=True,
+                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        time.sleep(1.0)
+        client = subprocess.run([*spawn, str(root / "client"), "--", *args, "127.0.0.1"], env=env, timeout=120,
+                                capture_output=True, start_new_session=True)
+        server.wait(timeout=60)
+    finally:
+        if server.poll() is None:
+            os.killpg(server.pid, signal.SIGKILL)
+            server.wait()
+        cleanup(fabric)
+    assert client.returncode == 0 and server.returncode == 0, (client.stderr, server.stderr.read())
+    return [root / "server", root / "client"]
 
 
 # ---- mutations -----------------------------------------------------------------------------------
@@ -239,10 +277,11 @@ def _alarm(signum, frame):
     raise CaseTimeout(f"over {CASE_LIMIT_S} s")
 
 
-def check_case(base: Path, work: Path, case: int) -> str | None:
-    """Run case `case` on a copy of `base` under `work`; None, or why it failed."""
+def check_case(bases: list[Path], work: Path, case: int) -> str | None:
+    """Run case `case` on a copy of one of `bases` under `work`; None, or why it failed."""
     rng = np.random.default_rng([SEED, case])
-    trace = work / "trace"
+    base = bases[case % len(bases)]
+    trace = work / f"trace{case % len(bases)}"
     if not trace.exists():
         shutil.copytree(base, trace)
     dirs = sorted(p for p in trace.iterdir() if p.is_dir())
@@ -274,42 +313,51 @@ def _check(m: Mutation, dirs: list[Path], work: Path, case: int) -> str | None:
     return None
 
 
-_BASE: Path | None = None
+_BASES: list[Path] = []
 _WORK: Path | None = None
 
 
-def _worker_init(base: str, work: str) -> None:
-    global _BASE, _WORK
-    _BASE = Path(base)
+def _worker_init(bases: list[str], work: str) -> None:
+    global _BASES, _WORK
+    _BASES = [Path(b) for b in bases]
     _WORK = Path(work) / f"w{os.getpid()}"
     _WORK.mkdir(parents=True, exist_ok=True)
 
 
 def _worker_run(cases: list[int]) -> list[str]:
-    return [f for f in (check_case(_BASE, _WORK, c) for c in cases) if f]
+    return [f for f in (check_case(_BASES, _WORK, c) for c in cases) if f]
 
 
 # ---- the test ------------------------------------------------------------------------------------
 
 @pytest.fixture(scope="module")
-def base(tmp_path_factory) -> Path:
+def bases(tmp_path_factory) -> list[Path]:
+    """The undamaged traces: a synthetic one always, a real capture where ibv_rc_pingpong is
+    installed (every other case then damages it)."""
     root = tmp_path_factory.mktemp("fuzz-base")
-    dirs = build_base(root / "run")
-    clean = run_commands(dirs, root)
-    assert clean == {"report": [], "export": [], "sql": [], "matrix": []}
-    return root / "run"
+    out = [root / "synth"]
+    build_base(out[0])
+    if PINGPONG is not None:
+        out.append(root / "real")
+        capture_real(out[1])
+    for b in out:
+        clean = run_commands(sorted(p for p in b.iterdir() if p.is_dir()), root)
+        assert clean == {"report": [], "export": [], "sql": [], "matrix": []}, (b, clean)
+    return out
 
 
-def test_random_damage(base, tmp_path):
-    print(f"fuzz seed {SEED}, {CASES} cases (SIGMATRACE_FUZZ_SEED / SIGMATRACE_FUZZ_CASES / SIGMATRACE_FUZZ_CASE)")
+def test_random_damage(bases, tmp_path):
+    print(f"fuzz seed {SEED}, {CASES} cases (SIGMATRACE_FUZZ_SEED / SIGMATRACE_FUZZ_CASES / SIGMATRACE_FUZZ_CASE) "
+          f"on {', '.join(b.name for b in bases)}")
     if ONLY is not None:
-        _worker_init(str(base), str(tmp_path))
-        failure = check_case(base, _WORK, int(ONLY))
+        _worker_init([str(b) for b in bases], str(tmp_path))
+        failure = check_case(_BASES, _WORK, int(ONLY))
         assert failure is None, failure
         return
     chunks = [list(range(i, CASES, 40)) for i in range(40)]
     failures: list[str] = []
-    with ProcessPoolExecutor(WORKERS, initializer=_worker_init, initargs=(str(base), str(tmp_path))) as ex:
+    with ProcessPoolExecutor(WORKERS, initializer=_worker_init,
+                             initargs=([str(b) for b in bases], str(tmp_path))) as ex:
         for f in ex.map(_worker_run, chunks):
             failures += f
     assert not failures, f"{len(failures)} of {CASES} cases failed; first ones:\n\n" + "\n\n".join(failures[:5])

@@ -62,7 +62,7 @@ def _process_summary(p, qps: dict, totals: dict, session_started=None) -> dict:
             proc["state"] = "replaced_by_exec" if p.meta["end"] == "replaced by exec" else "ended_abruptly"
         proc["mode"] = _enum_name(lv.Mode, h["mode"])
         for pr in h["providers"][:int(h["n_providers"])]:
-            proc["providers"][bytes(pr["name"]).rstrip(b"\0").decode()] = PROVIDER_STATES.get(int(pr["state"]), int(pr["state"]))
+            proc["providers"][bytes(pr["name"]).rstrip(b"\0").decode(errors="replace")] = PROVIDER_STATES.get(int(pr["state"]), int(pr["state"]))
         drops = int(h["records_dropped"]) + int(h["cold_dropped"])
         proc["drops"] = drops
         proc["records_written"] = int(h["records_written"])

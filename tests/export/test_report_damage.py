@@ -124,3 +124,17 @@ def test_cold_cut_at_a_line_and_clock_notes_as_the_export_sees_them(tmp_path):
     exported = {str(p) for p in Correlator([dirs[0]]).problems}
     assert exported <= set(rep["problems"])
     assert set(want) <= exported
+
+
+def test_provider_name_not_utf8_in_live_block(tmp_path):
+    """A changed byte in a provider's name (live.bin) is shown replaced, not a crash."""
+    from sigmatrace.trace import live as lv
+    t, dirs = build_two_nodes(tmp_path / "run")
+    h = np.memmap(dirs[0] / "p4242" / "live.bin", dtype=lv.HEADER_DTYPE, mode="r+", shape=(1,))
+    h["n_providers"] = 1
+    h["providers"][0, 0]["name"] = b"verbs\xe2"
+    h["providers"][0, 0]["state"] = 2
+    h.flush()
+    del h
+    rep = _report(dirs[0])
+    assert rep["processes"][0]["providers"] == {"verbs\ufffd": "installed"}
