@@ -159,3 +159,26 @@ def test_wrong_json_types_skip_the_value_not_the_trace(tmp_path):
     for cmd in (["matrix", *dirs], ["sql", *dirs, "SELECT 1", "--parquet", tmp_path / "sq"]):
         r = _cli(*cmd)
         assert r.returncode == 0 and "Traceback" not in r.stderr, r.stderr
+
+
+def test_calibration_triple_far_ahead_is_dropped_not_every_one_after_it(tmp_path):
+    """A changed top byte of a CALIB record's realtime (still a valid 63-bit value): that triple is
+    dropped and named; the clock stays fitted through the others (the export raised ValueError on
+    timestamps that overflowed)."""
+    t, dirs = build_two_nodes(tmp_path / "run")
+    main = dirs[0] / "p4242" / "streams" / "t4242.bin"
+    recs = np.fromfile(main, dtype=fmt.RECORD_DTYPE, offset=HDR)
+    i = int(np.flatnonzero(recs["type"] == fmt.RecType.CALIB)[1])
+    with open(main, "r+b") as f:
+        f.seek(HDR + i * REC + 39)
+        f.write(b"\x74")
+    r = export(tmp_path, dirs)
+    assert r.returncode == 0, r.stderr
+    assert f"{dirs[0] / 'p4242'}: calibration triple at tsc {recs['ts'][i]} jumps ahead in realtime; dropped" \
+        in r.stderr
+    pt = parse_perfetto(tmp_path / "x.pftrace")
+    assert _count(pt, "ibv_post_send") == 112
+    got = sorted(p.timestamp for p, te in pt.events
+                 if pt.name(te) == "ibv_post_send" and pt.args(te)["qpn"] == t.qa.qpn)
+    want = sorted(np.array(t.expected.send_times[(4242, t.qa.qpn)]) + T0_NS)
+    assert np.abs(np.array(got) - np.array(want)).max() <= JITTER_NS + 2
