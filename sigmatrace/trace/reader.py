@@ -88,7 +88,7 @@ class StreamFile:
         tail = body % fmt.RECORD_SIZE
         if tail:
             self._problem(Problem(self.path, fmt.STREAM_HEADER_SIZE + self.n_records * fmt.RECORD_SIZE,
-                                         f"truncated record ({tail} trailing bytes) skipped"))
+                                  f"truncated record ({tail} trailing bytes) skipped"))
 
     def chunks(self, chunk_records: int = DEFAULT_CHUNK_RECORDS) -> Iterator[np.ndarray]:
         """Sound records, in chunks of at most `chunk_records`, in file order."""
@@ -125,9 +125,9 @@ class StreamFile:
         seq = recs["seq"].astype(np.int64)
         bad_type = (recs["type"] == 0) | (recs["type"] >= fmt.RecType.POST_SRQ_RECV + 1)
         unwritten = seq == 0
-        bad_calib = impossible_clocks(recs) & ~(unwritten | bad_type)
+        impossible = impossible_clocks(recs) & ~(unwritten | bad_type)
         written = ~(bad_type | unwritten)     # a damaged CALIB record still holds its place in seq
-        ok = written & ~bad_calib
+        ok = written & ~impossible
         all_ok = bool(ok.all())
         # seq must increase by one between consecutive sound records
         idx = np.arange(len(ok)) if all_ok else np.flatnonzero(written)
@@ -144,14 +144,14 @@ class StreamFile:
             expected = int(s[-1]) + 1
         if all_ok:
             return recs, expected
-        unreadable = ~ok & ~bad_calib
+        unreadable = ~ok & ~impossible
         if unreadable.any():
             off = fmt.STREAM_HEADER_SIZE + (start + int(np.flatnonzero(unreadable)[0])) * fmt.RECORD_SIZE
             self._problem(Problem(self.path, off, f"{int(unreadable.sum())} unreadable record(s) skipped "
                                                   "(unwritten or unknown type)"))
-        if bad_calib.any():
-            off = fmt.STREAM_HEADER_SIZE + (start + int(np.flatnonzero(bad_calib)[0])) * fmt.RECORD_SIZE
-            self._problem(Problem(self.path, off, f"{int(bad_calib.sum())} record(s) with impossible clock values "
+        if impossible.any():
+            off = fmt.STREAM_HEADER_SIZE + (start + int(np.flatnonzero(impossible)[0])) * fmt.RECORD_SIZE
+            self._problem(Problem(self.path, off, f"{int(impossible.sum())} record(s) with impossible clock values "
                                                   "skipped (timestamp beyond 63 bits, or a damaged calibration)"))
         # structured boolean indexing copies field by field: select whole 48-byte rows instead
         rows = recs.view(np.uint8).reshape(-1, fmt.RECORD_SIZE)[ok]
@@ -171,8 +171,8 @@ def impossible_clocks(recs: np.ndarray) -> np.ndarray:
     calib = recs["type"] == fmt.RecType.CALIB
     if not calib.any():
         return late
-    return late | calib & ((recs["ts"] == 0) | (recs["extra"] == 0) | (recs["ts"] >= CLOCK_LIMIT)
-                    | (recs["addr"] >= CLOCK_LIMIT) | (recs["extra"] >= CLOCK_LIMIT))
+    return late | calib & ((recs["ts"] == 0) | (recs["extra"] == 0) | (recs["addr"] >= CLOCK_LIMIT)
+                           | (recs["extra"] >= CLOCK_LIMIT))
 
 
 @dataclass
@@ -303,7 +303,8 @@ class ProcessTrace:
                 where = fmt.STREAM_HEADER_SIZE + n * fmt.RECORD_SIZE if files else None
                 self.add_problem(Problem(path, where, f"cut short: thread {tid} wrote {want} records, "
                                                       f"{have} are here ({want - have} missing)"))
-        cold = self._cold if self._cold is not None else read_cold(self.path / "cold.jsonl")
+        self.cold()
+        cold = self._cold
         events = int(snap.header["cold_events"])
         if cold.lines < events:
             self.add_problem(Problem(self.path / "cold.jsonl", cold.size,
