@@ -87,7 +87,9 @@ def test_trace_dir(tmp_path):
     [proc] = t.processes
     assert proc.pid == 42
     assert [s.header.tid for s in proc.streams()] == [11]
-    assert len(t.all_problems()) == 1
+    assert [(pr.path.name, pr.offset, pr.what) for pr in t.all_problems()] == [
+        ("meta.json", None, "missing: the process's command line, host and libraries are unknown"),
+        ("t43.bin", 0, "too short for a stream header (7 bytes)")]
     assert int(proc.live().header["pid"]) == 42
 
 
@@ -96,3 +98,44 @@ def test_not_a_trace(tmp_path):
         TraceDir(tmp_path)
     with pytest.raises(TraceFormatError):
         TraceDir(tmp_path / "missing")
+
+
+def test_cold_wrong_types_skipped_and_counted(tmp_path):
+    p = tmp_path / "cold.jsonl"
+    good = b'{"ev":"pd_alloc","ts":1,"tid":2,"pd":5}\n'
+    bad = b'{"ev":"qp_create","qpn":"abc","ts":1,"tid":1}\n'
+    p.write_bytes(good + bad * 20 + b'{"ev":"mr_reg","ts":3,"tid":2,"len":1.5}\n' + good)
+    c = read_cold(p)
+    assert [e["ev"] for e in c.events] == ["pd_alloc", "pd_alloc"]
+    assert c.skipped == 21
+    assert [(pr.offset, pr.what) for pr in c.problems] == \
+        [(len(good) + i * len(bad), "event of wrong types skipped ('qpn' is a string, expected an integer)")
+         for i in range(16)] + [(None, "5 more events of wrong types skipped")]
+
+
+def test_meta_and_session_wrong_types_drop_the_key(tmp_path):
+    d = make_dir(tmp_path / "tr")
+    write_json(d / "session.json", {"format": "sigmatrace-trace", "version": 1, "started_ns": "soon",
+                                    "processes": [42, "x"]})
+    make_dir(d / "p42")
+    write_json(d / "p42" / "meta.json", {"pid": 42, "argv": 5, "host": "h", "attached": "yes"})
+    t = TraceDir(d)
+    assert t.session == {"format": "sigmatrace-trace", "version": 1}
+    assert t.processes[0].meta == {"pid": 42, "host": "h"}
+    assert [pr.what for pr in t.all_problems()] == [
+        "key skipped: 'started_ns' is a string, expected an integer",
+        "key skipped: 'processes' holds a string where each item is an integer",
+        "key skipped: 'argv' is an integer, expected a list",
+        "key skipped: 'attached' is a string, expected a boolean"]
+
+
+def test_impossible_thread_id_in_a_stream_header(tmp_path):
+    p = tmp_path / "t77.bin"
+    _stream(p, 3)
+    with open(p, "r+b") as f:
+        f.seek(20)
+        f.write((3053457554).to_bytes(4, "little"))
+    s = StreamFile(p)
+    assert s.header.tid == 77 and len(s.read()) == 3
+    assert [(pr.offset, pr.what) for pr in s.problems] == [
+        (16, "impossible pid 10 / thread id 3053457554 in the header; thread 77 taken from the file's name")]

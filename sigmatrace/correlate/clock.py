@@ -12,6 +12,7 @@ float64 holds, so only the (small) distance from the nearest triple goes through
 """
 from __future__ import annotations
 
+import bisect
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -45,17 +46,12 @@ class ClockModel:
             fallback_real_ns: int | None = None) -> "ClockModel":
         """The model through `points`; with none, a nominal one anchored at `fallback_real_ns`."""
         notes: list[str] = []
+        # damaged CALIB records (reported by the reader) may hold values beyond int64: unusable
+        points = [p for p in points if max(p.tsc, p.mono_ns, p.real_ns) < 1 << 63 and min(p.tsc, p.mono_ns, p.real_ns) >= 0]
         pts = sorted({(p.tsc, p.real_ns, p.mono_ns) for p in points if p.tsc and p.real_ns})
         # one triple per TSC value, real increasing with TSC
-        clean: list[tuple[int, int, int]] = []
-        for p in pts:
-            if clean and p[0] == clean[-1][0]:
-                continue
-            if clean and p[1] <= clean[-1][1]:
-                notes.append(f"calibration triple at tsc {p[0]} goes back in realtime; dropped")
-                continue
-            clean.append(p)
         hz = tsc_hz_hint if tsc_hz_hint and tsc_hz_hint > 0 else None
+        clean = _in_order([p for i, p in enumerate(pts) if not i or p[0] != pts[i - 1][0]], notes, hz)
         if len(clean) >= 3:
             clean = _drop_steps(clean, notes)
         if not clean:
@@ -128,6 +124,52 @@ def _piecewise(x: np.ndarray, xs: np.ndarray, ys: np.ndarray, outer_rate: float)
     rate = np.where(x > xs[-1], outer_rate, rate)
     base = np.where(x > xs[-1], len(xs) - 1, seg)
     return ys[base] + np.rint((x - xs[base]).astype(np.float64) * rate).astype(np.int64)
+
+
+def _in_order(points: list[tuple[int, int, int]], notes: list[str], hz: float | None) -> list[tuple[int, int, int]]:
+    """Triples (sorted by TSC) whose realtime increases with it; the others are dropped.
+
+    Each triple that follows the last one kept, unless keeping the largest such set drops fewer
+    (or as many, and its rate is nearer the runtime's estimate `hz`): then one damaged triple far
+    ahead in realtime is dropped instead of every triple after it."""
+    greedy: list[int] = []
+    for i, p in enumerate(points):
+        if not greedy or p[1] > points[greedy[-1]][1]:
+            greedy.append(i)
+    if len(greedy) == len(points):
+        return points
+    # the longest strictly increasing run of realtimes (patience sorting)
+    tails: list[int] = []          # tails[k]: index of the smallest realtime ending a run of k + 1
+    tail_real: list[int] = []
+    prev = [-1] * len(points)
+    for i, p in enumerate(points):
+        k = bisect.bisect_left(tail_real, p[1])
+        prev[i] = tails[k - 1] if k else -1
+        tails[k:k + 1], tail_real[k:k + 1] = [i], [p[1]]
+    longest, i = [], tails[-1]
+    while i >= 0:
+        longest.append(i)
+        i = prev[i]
+    longest.reverse()
+    keep = set(longest if len(longest) > len(greedy) or
+               (len(longest) == len(greedy) and hz and _off_rate(points, longest, hz) < _off_rate(points, greedy, hz))
+               else greedy)
+    last = None
+    for i, p in enumerate(points):
+        if i in keep:
+            last = p
+        else:
+            how = "goes back" if last is not None and p[1] <= last[1] else "jumps ahead"
+            notes.append(f"calibration triple at tsc {p[0]} {how} in realtime; dropped")
+    return [p for i, p in enumerate(points) if i in keep]
+
+
+def _off_rate(points: list[tuple[int, int, int]], kept: list[int], hz: float) -> float:
+    """How far the rate through the first and last kept triples is from `hz` (relative)."""
+    a, b = points[kept[0]], points[kept[-1]]
+    if len(kept) < 2 or b[0] == a[0]:
+        return 0.0
+    return abs((b[1] - a[1]) / (b[0] - a[0]) * hz / 1e9 - 1.0)
 
 
 def _drop_steps(points: list[tuple[int, int, int]], notes: list[str]) -> list[tuple[int, int, int]]:

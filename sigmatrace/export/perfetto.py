@@ -95,6 +95,7 @@ class PerfettoOutput(Output):
         self.uuids: dict[tuple[int, int, int], int] = {}
         self.ids = DisplayIds(model.procs)
         lo, hi = model.traces.span_ns()
+        lo = max(lo, 0)    # a damaged record (skipped, reported) may have wrapped the raw scan's span
         self.t0, self.t1 = lo, max(hi, lo + 1)
         self.bin_ns = max(1000, -(-(self.t1 - self.t0) // self.counter_bins))
         self.nbins = (self.t1 - self.t0) // self.bin_ns + 1

@@ -10,16 +10,17 @@ attach mode); a QP whose remote was never seen has `remote_qpn` null.  Its peer'
 from __future__ import annotations
 
 import json
-
+import re
 from collections import Counter, defaultdict
 
 import numpy as np
 
 from ..correlate.model import RunModel
+from ..correlate.clock import CalibPoint, ClockModel
 from ..decode import names
 from ..trace import format as fmt
 from ..trace import live as lv
-from ..trace.reader import TraceDir
+from ..trace.reader import Problem, TraceDir
 
 HOT_CALLS = {lv.Call.POST_SEND: "ibv_post_send", lv.Call.POST_RECV: "ibv_post_recv",
              lv.Call.POLL_CQ: "ibv_poll_cq", lv.Call.POST_SRQ_RECV: "ibv_post_srq_recv"}
@@ -40,7 +41,7 @@ def _op_name(op: int) -> str:
     return names.IBV_WR.get(int(op), f"UNKNOWN_0x{int(op):x}")
 
 
-def _process_summary(p, qps: dict, totals: dict) -> dict:
+def _process_summary(p, qps: dict, totals: dict, session_started=None) -> dict:
     """Fold one process into the totals; return its own summary."""
     snap = p.live()
     cold = p.cold()
@@ -63,7 +64,7 @@ def _process_summary(p, qps: dict, totals: dict) -> dict:
             proc["state"] = "replaced_by_exec" if p.meta["end"] == "replaced by exec" else "ended_abruptly"
         proc["mode"] = _enum_name(lv.Mode, h["mode"])
         for pr in h["providers"][:int(h["n_providers"])]:
-            proc["providers"][bytes(pr["name"]).rstrip(b"\0").decode()] = PROVIDER_STATES.get(int(pr["state"]), int(pr["state"]))
+            proc["providers"][bytes(pr["name"]).rstrip(b"\0").decode(errors="replace")] = PROVIDER_STATES.get(int(pr["state"]), int(pr["state"]))
         drops = int(h["records_dropped"]) + int(h["cold_dropped"])
         proc["drops"] = drops
         proc["records_written"] = int(h["records_written"])
@@ -112,8 +113,11 @@ def _process_summary(p, qps: dict, totals: dict) -> dict:
         elif kind == "qp_destroy" and ev.get("qpn"):
             _qp(qps, p, int(ev["qpn"]))["destroyed"] = True
     # records: counts by type, and per-QP opcode detail where the mode recorded it
+    calib: list[CalibPoint] = []
     for s in p.streams():
         for recs in s.chunks():
+            for r in recs[recs["type"] == fmt.RecType.CALIB]:
+                calib.append(CalibPoint(int(r["ts"]), int(r["addr"]), int(r["extra"])))
             types, counts = np.unique(recs["type"], return_counts=True)
             for ty, c in zip(types, counts):
                 if ty == fmt.RecType.CALIB:  # the flusher's clock pairs, not events
@@ -135,7 +139,23 @@ def _process_summary(p, qps: dict, totals: dict) -> dict:
                     name = _op_name(int(k) & 0xFF)
                     q["ops_by_opcode"][name] = q["ops_by_opcode"].get(name, 0) + int(o)
                     q["bytes_by_opcode"][name] = q["bytes_by_opcode"].get(name, 0) + int(b)
+    _clock_notes(p, snap, calib, session_started)
     return proc
+
+
+def _clock_notes(p, snap, calib: list, session_started) -> None:
+    """What the export's clock fit says of the process's calibration (a triple going back, a step,
+    none at all), as problems: the report lists every damage the export notices."""
+    hint = None
+    if snap is not None:
+        h = snap.header
+        for t, m, r in (("start_tsc", "start_mono_ns", "start_real_ns"), ("end_tsc", "end_mono_ns", "end_real_ns")):
+            if int(h[t]) and int(h[r]):
+                calib.append(CalibPoint(int(h[t]), int(h[m]), int(h[r])))
+        hint = float(h["tsc_hz"]) or None
+    fallback = session_started or p.meta.get("started_ns")
+    for note in ClockModel.fit(calib, hint, fallback).notes:
+        p.add_problem(Problem(p.path, None, note))
 
 
 def _qp(qps: dict, p, qpn: int) -> dict:
@@ -163,7 +183,8 @@ def compute(td: TraceDir, model: RunModel) -> dict:
     totals = {"calls": Counter(), "ops": Counter(), "bytes": 0, "drops": 0, "records": Counter(), "calibrations": 0, "not_traced": [],
               "recv_wrs": 0, "recv_bytes": 0, "completions": 0, "completion_errors": 0}
     qps: dict = {}
-    processes = [_process_summary(p, qps, totals) for p in td.processes]
+    started = (td.session or {}).get("started_ns")
+    processes = [_process_summary(p, qps, totals, started) for p in td.processes]
     coverage = {name: any(pr["coverage"][name] for pr in processes) for name, _ in STAGES}
     providers: dict = defaultdict(set)
     for pr in processes:
@@ -189,6 +210,7 @@ def compute(td: TraceDir, model: RunModel) -> dict:
         ep = topo.index_of(proc_of.get(q["process"], -1), q["qpn"])
         peer = topo.qps[ep].peer if ep >= 0 else -1
         q["remote_pid"] = model.procs[topo.qps[peer].proc].pid if peer >= 0 else None
+    damaged = _damaged_files(td)
     session = td.session or {}
     status = session.get("status")
     if status in (None, "running") and any(pr["state"] == "controller_lost" for pr in processes):
@@ -211,7 +233,56 @@ def compute(td: TraceDir, model: RunModel) -> dict:
         "coverage": coverage,
         "providers": {k: sorted(v) for k, v in sorted(providers.items())},
         "processes": processes,
+        "damaged": damaged,
     }
+
+
+def _damaged_files(td: TraceDir) -> dict:
+    """The files where reading met damage, by kind: what the rich view explains."""
+    out: dict[str, set] = {"streams": set(), "live": set(), "cold": set(), "meta": set()}
+    for pr in td.all_problems():
+        path = pr.path
+        if path.parent.name == "streams" or path.name == "streams":
+            out["streams"].add(str(path))
+        elif path.name == "live.bin":
+            out["live"].add(str(path))
+        elif path.name == "cold.jsonl":
+            out["cold"].add(str(path))
+        elif path.name in ("meta.json", "session.json"):
+            out["meta"].add(str(path))
+    return {k: sorted(v) for k, v in out.items() if v}
+
+
+# What each session status (FORMAT.md) means for the counts of the report.
+STATUS_MEANS = {
+    "completed": "the program ran to its end under tracing: counts are whole (less any drops shown)",
+    "detached": "tracing stopped (--duration, or a detach) while the program went on: counts cover the traced "
+                "span only",
+    "interrupted": "tracing was stopped (Ctrl-C or SIGTERM) before the program ended, and the program went on "
+                   "untraced: counts cover only what happened until then",
+    "controller_lost": "the sigmatrace controller was killed (kill -9, a crash) while tracing; each traced process "
+                       "noticed, stopped recording and flushed what it held: counts cover only what happened until "
+                       "then, the session has no end time and meta.json may lack its last libraries",
+    "running": "the session has no end: it is still being traced, or its controller died where no traced process "
+               "could notice; counts are what was recorded so far",
+    "failed": "tracing never started (see the session's warnings): there is nothing to count",
+}
+INCOMPLETE = {"interrupted", "controller_lost", "running", "failed"}
+
+# Problems that change how the whole trace is read: each also gets a warning line at the top.
+_WARN = re.compile(r"(session|meta)\.json: (missing|format|version)")
+
+# What damage of each kind means for the counts shown (rich view).
+DAMAGE_MEANS = {
+    "streams": "records could not be read from {n} stream file(s): the totals (sent, received, ops and bytes per QP) "
+               "come from the live block and are whole, but the record counts and the per-opcode detail of each QP "
+               "count only the records that were read, so they fall short of the totals",
+    "live": "the live block of {n} process(es) could not be read: their totals, coverage and drops are unknown "
+            "(shown as 0); only what their records and cold events show is counted",
+    "cold": "{n} cold-event file(s) lost events: calls, QPs and peers made by the skipped lines are missing",
+    "meta": "{n} metadata file(s) are damaged or missing: what they would say (command line, host, session) "
+            "is unknown or taken as the default",
+}
 
 
 def render(report: dict, console) -> None:
@@ -224,6 +295,9 @@ def render(report: dict, console) -> None:
     head = Table.grid(padding=(0, 2))
     head.add_row("trace", report.get("trace", ""))
     head.add_row("mode", str(report.get("mode")), )
+    status = report.get("status")
+    if status is not None:
+        head.add_row("session", str(status))
     head.add_row("processes", ", ".join(f"{p['dir']} ({' '.join(p.get('argv') or [])})" for p in report.get("processes", [])))
     head.add_row("coverage", cov_text)
     providers = report.get("providers", {})
@@ -237,6 +311,15 @@ def render(report: dict, console) -> None:
     console.print(Panel(head, title="sigmatrace capture", expand=False))
     for nt in report.get("not_traced", []):
         console.print(f"[yellow]pid {nt['pid']} QP {nt['qpn']}: {nt['why']} ({nt['api']}).[/]")
+    if status in INCOMPLETE:
+        what = "interrupted" if status in ("interrupted", "controller_lost") else "incomplete"
+        console.print(f"[yellow]Trace {what} ({status}): {STATUS_MEANS[status]}.[/]", highlight=False)
+    for pr in report.get("problems", []):
+        if _WARN.search(pr):
+            console.print(f"[yellow]warning: {pr}[/]", highlight=False, soft_wrap=True)
+    for kind, files in report.get("damaged", {}).items():
+        if kind in DAMAGE_MEANS:
+            console.print(f"[red]Damaged trace: {DAMAGE_MEANS[kind].format(n=len(files))}.[/]", highlight=False)
     if not cov.get("hooks_installed"):
         console.print("[yellow]No hooks were installed: the program never loaded a traced library "
                       "(e.g. libibverbs), so zero counts here mean nothing was observable.[/]")

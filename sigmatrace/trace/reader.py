@@ -17,10 +17,17 @@ import numpy as np
 
 from ..errors import TraceFormatError
 from . import format as fmt
+from . import schema
 from .live import LiveBlock, LiveFormatError, LiveSnapshot
 
 # Records read per chunk when streaming a stream file (48 B each: 1M records = 48 MB).
 DEFAULT_CHUNK_RECORDS = 1 << 20
+# Damage of one kind named one by one in a file before the rest are counted in one Problem.
+MAX_NAMED = 16
+# Linux's PID_MAX_LIMIT: no pid or thread id reaches it.
+PID_LIMIT = 1 << 22
+# Clock values of a CALIB record are signed 64-bit ns/ticks: a larger one is a damaged record.
+CLOCK_LIMIT = 1 << 63
 
 
 @dataclass
@@ -48,9 +55,10 @@ class StreamHeader:
 class StreamFile:
     """One streams/*.bin file: its header, then records, validated as they are read."""
 
-    def __init__(self, path: str | os.PathLike):
+    def __init__(self, path: str | os.PathLike, on_problem=None):
         self.path = Path(path)
         self.problems: list[Problem] = []
+        self._on_problem = on_problem        # also told of each Problem (the process that owns the file)
         size = self.path.stat().st_size
         if size < fmt.STREAM_HEADER_SIZE:
             raise TraceFormatError(f"{self.path}: too short for a stream header ({size} bytes)")
@@ -65,14 +73,22 @@ class StreamFile:
             clock = fmt.Clock(int(raw["clock"]))
         except ValueError:
             raise TraceFormatError(f"{self.path}: unknown clock {int(raw['clock'])}") from None
-        self.header = StreamHeader(int(raw["pid"]), int(raw["tid"]), clock,
-                                   bytes(raw["name"]).rstrip(b"\0").decode(errors="replace"), int(raw["flags"]))
+        pid, tid = int(raw["pid"]), int(raw["tid"])
+        if max(pid, tid) >= PID_LIMIT:
+            # a damaged id: the file's name still tells the thread (t<tid>.bin, cxi-<tid>.bin)
+            m = re.search(r"(\d+)(-\d+)?\.bin$", self.path.name)
+            named = int(m.group(1)) if m and int(m.group(1)) < PID_LIMIT else 0
+            self._problem(Problem(self.path, 16, f"impossible pid {pid} / thread id {tid} in the header; "
+                                                 f"thread {named} taken from the file's name"))
+            pid, tid = (pid if pid < PID_LIMIT else 0), named
+        self.header = StreamHeader(pid, tid, clock, bytes(raw["name"]).rstrip(b"\0").decode(errors="replace"),
+                                   int(raw["flags"]))
         body = size - fmt.STREAM_HEADER_SIZE
         self.n_records = body // fmt.RECORD_SIZE
         tail = body % fmt.RECORD_SIZE
         if tail:
-            self.problems.append(Problem(self.path, fmt.STREAM_HEADER_SIZE + self.n_records * fmt.RECORD_SIZE,
-                                         f"truncated record ({tail} trailing bytes) skipped"))
+            self._problem(Problem(self.path, fmt.STREAM_HEADER_SIZE + self.n_records * fmt.RECORD_SIZE,
+                                  f"truncated record ({tail} trailing bytes) skipped"))
 
     def chunks(self, chunk_records: int = DEFAULT_CHUNK_RECORDS) -> Iterator[np.ndarray]:
         """Sound records, in chunks of at most `chunk_records`, in file order."""
@@ -109,10 +125,12 @@ class StreamFile:
         seq = recs["seq"].astype(np.int64)
         bad_type = (recs["type"] == 0) | (recs["type"] >= fmt.RecType.POST_SRQ_RECV + 1)
         unwritten = seq == 0
-        ok = ~(bad_type | unwritten)
+        impossible = impossible_clocks(recs) & ~(unwritten | bad_type)
+        written = ~(bad_type | unwritten)     # a damaged CALIB record still holds its place in seq
+        ok = written & ~impossible
         all_ok = bool(ok.all())
         # seq must increase by one between consecutive sound records
-        idx = np.arange(len(ok)) if all_ok else np.flatnonzero(ok)
+        idx = np.arange(len(ok)) if all_ok else np.flatnonzero(written)
         if len(idx):
             s = seq if all_ok else seq[idx]
             prev = np.concatenate(([expected - 1], s[:-1]))
@@ -120,26 +138,50 @@ class StreamFile:
             jumps = np.flatnonzero((s != prev + 1) & ~((prev == 0xFFFFFFFF) & (s == 1)))
             for j in jumps[:16]:
                 off = fmt.STREAM_HEADER_SIZE + (start + int(idx[j])) * fmt.RECORD_SIZE
-                self.problems.append(Problem(self.path, off, f"sequence jumps from {int(prev[j])} to {int(s[j])}"))
+                self._problem(Problem(self.path, off, f"sequence jumps from {int(prev[j])} to {int(s[j])}"))
             if len(jumps) > 16:
-                self.problems.append(Problem(self.path, None, f"{len(jumps) - 16} more sequence jumps"))
+                self._problem(Problem(self.path, None, f"{len(jumps) - 16} more sequence jumps"))
             expected = int(s[-1]) + 1
         if all_ok:
             return recs, expected
-        nbad = int((~ok).sum())
-        first = int(np.flatnonzero(~ok)[0])
-        off = fmt.STREAM_HEADER_SIZE + (start + first) * fmt.RECORD_SIZE
-        self.problems.append(Problem(self.path, off, f"{nbad} unreadable record(s) skipped "
-                                                     "(unwritten or unknown type)"))
+        unreadable = ~ok & ~impossible
+        if unreadable.any():
+            off = fmt.STREAM_HEADER_SIZE + (start + int(np.flatnonzero(unreadable)[0])) * fmt.RECORD_SIZE
+            self._problem(Problem(self.path, off, f"{int(unreadable.sum())} unreadable record(s) skipped "
+                                                  "(unwritten or unknown type)"))
+        if impossible.any():
+            off = fmt.STREAM_HEADER_SIZE + (start + int(np.flatnonzero(impossible)[0])) * fmt.RECORD_SIZE
+            self._problem(Problem(self.path, off, f"{int(impossible.sum())} record(s) with impossible clock values "
+                                                  "skipped (timestamp beyond 63 bits, or a damaged calibration)"))
         # structured boolean indexing copies field by field: select whole 48-byte rows instead
         rows = recs.view(np.uint8).reshape(-1, fmt.RECORD_SIZE)[ok]
         return rows.view(fmt.RECORD_DTYPE).reshape(-1), expected
+
+    def _problem(self, pr: Problem) -> None:
+        self.problems.append(pr)
+        if self._on_problem is not None:
+            self._on_problem(pr)
+
+
+def impossible_clocks(recs: np.ndarray) -> np.ndarray:
+    """Records whose clock values cannot be (a damaged record; converting them would overflow):
+    a timestamp beyond signed 64 bits (centuries of TSC ticks), or a CALIB record with a zero or
+    such a value."""
+    late = recs["ts"] >= CLOCK_LIMIT
+    calib = recs["type"] == fmt.RecType.CALIB
+    if not calib.any():
+        return late
+    return late | calib & ((recs["ts"] == 0) | (recs["extra"] == 0) | (recs["addr"] >= CLOCK_LIMIT)
+                           | (recs["extra"] >= CLOCK_LIMIT))
 
 
 @dataclass
 class ColdEvents:
     events: list[dict]
     problems: list[Problem] = field(default_factory=list)
+    skipped: int = 0          # whole lines whose fields break FORMAT.md's types
+    lines: int = 0            # whole lines read, sound or not
+    size: int = 0             # bytes in the file
 
 
 def read_cold(path: str | os.PathLike) -> ColdEvents:
@@ -158,15 +200,25 @@ def read_cold(path: str | os.PathLike) -> ColdEvents:
             if not line.endswith(b"\n"):
                 out.problems.append(Problem(path, start, "torn last line skipped"))
                 break
+            out.lines += 1
             try:
                 ev = json.loads(line)
             except ValueError:
                 out.problems.append(Problem(path, start, "corrupt line skipped"))
                 continue
-            if isinstance(ev, dict) and "ev" in ev:
-                out.events.append(ev)
-            else:
+            if not isinstance(ev, dict) or "ev" not in ev:
                 out.problems.append(Problem(path, start, "line without an event kind skipped"))
+                continue
+            why = schema.cold_wrong(ev)
+            if why is None:
+                out.events.append(ev)
+                continue
+            out.skipped += 1
+            if out.skipped <= MAX_NAMED:
+                out.problems.append(Problem(path, start, f"event of wrong types skipped ({why})"))
+    if out.skipped > MAX_NAMED:
+        out.problems.append(Problem(path, None, f"{out.skipped - MAX_NAMED} more events of wrong types skipped"))
+    out.size = offset
     return out
 
 
@@ -181,13 +233,26 @@ class ProcessTrace:
         self.node = node
         self._default_host = default_host
         self.problems: list[Problem] = []
+        self._seen: set[tuple] = set()
         try:
             # p<pid>, or p<pid>.<n> for a later program image of the same pid (exec)
             self.pid = int(self.path.name[1:].split(".", 1)[0])
         except ValueError:
             raise TraceFormatError(f"{self.path}: not a process directory (expected p<pid>)") from None
-        self.meta = _read_json(self.path / "meta.json", self.problems) or {"pid": self.pid}
+        meta_path = self.path / "meta.json"
+        meta = _read_json(meta_path, self.problems, schema.META, schema.META_ITEMS)
+        # the controller writes it: TraceDir reports it missing (a runtime run alone has none)
+        self.meta_missing = meta is None and not meta_path.exists()
+        self.meta = meta or {"pid": self.pid}
         self._cold: ColdEvents | None = None
+        self._lengths_checked = False
+
+    def add_problem(self, pr: Problem) -> None:
+        """Record a Problem once, however often the damaged part is read."""
+        key = (str(pr.path), pr.offset, pr.what)
+        if key not in self._seen:
+            self._seen.add(key)
+            self.problems.append(pr)
 
     @property
     def host(self) -> str:
@@ -202,15 +267,60 @@ class ProcessTrace:
             return None
         try:
             with LiveBlock(p) as lb:
-                return lb.snapshot()
+                snap = lb.snapshot()
         except LiveFormatError as e:
-            self.problems.append(Problem(p, None, str(e)))
+            self.add_problem(Problem(p, None, str(e).split(": ", 1)[-1]))
             return None
+        if not self._lengths_checked:
+            self._lengths_checked = True
+            self._check_stream_lengths(snap)
+        return snap
+
+    def _check_stream_lengths(self, snap: LiveSnapshot) -> None:
+        """Streams shorter than the runtime's count of records written to them were cut short
+        (truncated at a record boundary, or removed): the live block says how many are missing.
+
+        The runtime publishes its counts after each write, so a stream never holds fewer records
+        than they say unless it was damaged afterwards."""
+        sizes: dict[int, list[tuple[Path, int]]] = {}
+        total = 0           # every stream's records: counting the eBPF loader's too can only hide damage
+        for path in self.stream_paths():
+            try:
+                n = max(0, path.stat().st_size - fmt.STREAM_HEADER_SIZE) // fmt.RECORD_SIZE
+            except OSError:
+                continue
+            total += n
+            m = _STREAM_NAME.match(path.name)     # t<tid>.bin: the runtime's (cxi-<tid>.bin: the eBPF loader's)
+            if m is not None:
+                sizes.setdefault(int(m.group(1)), []).append((path, n))
+        flagged = 0
+        for tid, want in _by_tid(snap.threads).items():
+            files = sizes.get(tid, [])
+            have = sum(n for _, n in files)
+            if have < want:
+                flagged += want - have
+                path, n = files[-1] if files else (self.path / "streams" / f"t{tid}.bin", 0)
+                where = fmt.STREAM_HEADER_SIZE + n * fmt.RECORD_SIZE if files else None
+                self.add_problem(Problem(path, where, f"cut short: thread {tid} wrote {want} records, "
+                                                      f"{have} are here ({want - have} missing)"))
+        self.cold()
+        cold = self._cold
+        events = int(snap.header["cold_events"])
+        if cold.lines < events:
+            self.add_problem(Problem(self.path / "cold.jsonl", cold.size,
+                                     f"cut short: the runtime wrote {events} events, {cold.lines} lines are here "
+                                     f"({events - cold.lines} missing)"))
+        written = int(snap.header["records_written"])
+        if total + flagged < written:
+            self.add_problem(Problem(self.path / "streams", None,
+                                     f"cut short: the runtime wrote {written} records, the streams hold {total} "
+                                     f"({written - total} missing)"))
 
     def cold(self) -> list[dict]:
         if self._cold is None:
             self._cold = read_cold(self.path / "cold.jsonl")
-            self.problems.extend(self._cold.problems)
+            for pr in self._cold.problems:
+                self.add_problem(pr)
         return self._cold.events
 
     def stream_paths(self) -> list[Path]:
@@ -221,10 +331,12 @@ class ProcessTrace:
         """Every readable stream; unreadable ones become Problems."""
         for p in self.stream_paths():
             try:
-                s = StreamFile(p)
-            except TraceFormatError as e:
-                self.problems.append(Problem(p, 0, str(e).split(": ", 1)[-1]))
+                s = StreamFile(p, self.add_problem)
+            except (TraceFormatError, OSError) as e:
+                self.add_problem(Problem(p, 0, str(e).split(": ", 1)[-1]))
                 continue
+            for pr in s.problems:
+                self.add_problem(pr)
             yield s
 
 
@@ -239,7 +351,8 @@ class TraceDir:
         if not self.path.is_dir():
             raise TraceFormatError(f"{self.path}: no such trace directory")
         self.problems: list[Problem] = []
-        self.session = _read_json(self.path / "session.json", self.problems)
+        self.session = _read_json(self.path / "session.json", self.problems, schema.SESSION, schema.SESSION_ITEMS)
+        self._check_session()
         procs = sorted(p for p in self.path.glob("p[0-9]*") if p.is_dir())
         nested = sorted(p for p in self.path.glob("nodes/*/p[0-9]*") if p.is_dir() and _PROC_DIR.match(p.name))
         if self.session is None and not procs and not nested:
@@ -247,6 +360,25 @@ class TraceDir:
         host = (self.session or {}).get("host")
         self.processes = [ProcessTrace(p, default_host=host) for p in procs]
         self.processes += [ProcessTrace(p, node=p.parent.name) for p in nested]
+        for pt in self.processes:
+            if pt.meta_missing:
+                pt.add_problem(Problem(pt.path / "meta.json", None,
+                                       "missing: the process's command line, host and libraries are unknown"))
+
+    def _check_session(self) -> None:
+        """A session of another format or version is read as this one, and said so."""
+        path = self.path / "session.json"
+        s = self.session
+        if s is None:
+            if not path.exists():
+                self.problems.append(Problem(path, None, "missing: how the session was started and ended is unknown"))
+            return
+        if s.get("format") != SESSION_FORMAT:
+            self.problems.append(Problem(path, None, f"format {s.get('format')!r} is not {SESSION_FORMAT!r}; "
+                                                     f"read as version {fmt.FORMAT_VERSION}"))
+        elif s.get("version") != fmt.FORMAT_VERSION:
+            self.problems.append(Problem(path, None, f"version {s.get('version')!r} is not one this sigmatrace "
+                                                     f"reads ({fmt.FORMAT_VERSION}); read as version {fmt.FORMAT_VERSION}"))
 
     def all_problems(self) -> list[Problem]:
         out = list(self.problems)
@@ -255,10 +387,24 @@ class TraceDir:
         return out
 
 
+SESSION_FORMAT = "sigmatrace-trace"
 _PROC_DIR = re.compile(r"p\d+(\.\d+)?$")
+_STREAM_NAME = re.compile(r"t(\d+)(-\d+)?\.bin$")
 
 
-def _read_json(path: Path, problems: list[Problem]) -> dict | None:
+def _by_tid(threads: np.ndarray) -> dict[int, int]:
+    """Records each thread id wrote to its streams (a reused id has several slots)."""
+    out: dict[int, int] = {}
+    for t in threads:
+        n = int(t["records"]) - int(t["drops"])
+        if n > 0:
+            out[int(t["tid"])] = out.get(int(t["tid"]), 0) + n
+    return out
+
+
+def _read_json(path: Path, problems: list[Problem], types: dict | None = None,
+               items: dict | None = None) -> dict | None:
+    """A JSON object file; keys of the wrong type (`types`: FORMAT.md's) are dropped and reported."""
     if not path.exists():
         return None
     try:
@@ -269,4 +415,9 @@ def _read_json(path: Path, problems: list[Problem]) -> dict | None:
     if not isinstance(data, dict):
         problems.append(Problem(path, None, "not a JSON object"))
         return None
+    if types:
+        for why in schema.wrong_keys(data, types, items):
+            key = why.split("'")[1]
+            data.pop(key, None)
+            problems.append(Problem(path, None, f"key skipped: {why}"))
     return data

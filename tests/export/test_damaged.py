@@ -101,3 +101,84 @@ def test_not_a_trace_is_one_line(tmp_path):
     assert r.returncode == 1
     assert r.stderr.strip() == f"sigmatrace: error: {tmp_path / 'empty'}: not a sigmatrace trace (no session.json " \
                                "and no p<pid>/ directories)"
+
+
+def _cli(*args):
+    return subprocess.run([sys.executable, "-m", "sigmatrace.cli.main", *map(str, args)],
+                          capture_output=True, text=True, timeout=120)
+
+
+def test_damaged_calibration_records_are_skipped_not_fatal(tmp_path):
+    """A flipped top bit in a CALIB record's TSC, and in another's monotonic ns: both records
+    are skipped and named; export, sql and matrix finish (they raised OverflowError/ValueError)."""
+    t, dirs = build_two_nodes(tmp_path / "run")
+    main = dirs[0] / "p4242" / "streams" / "t4242.bin"
+    recs = np.fromfile(main, dtype=fmt.RECORD_DTYPE, offset=HDR)
+    calib = np.flatnonzero(recs["type"] == fmt.RecType.CALIB)
+    a, b = int(calib[0]), int(calib[1])
+    with open(main, "r+b") as f:
+        f.seek(HDR + a * REC + 7)
+        f.write(bytes([recs["ts"][a] >> 56 ^ 0x80]))
+        f.seek(HDR + b * REC + 31)
+        f.write(bytes([recs["addr"][b] >> 56 ^ 0xff]))
+    r = export(tmp_path, dirs)
+    assert r.returncode == 0, r.stderr
+    assert (f"{main} at byte {HDR + a * REC}: 2 record(s) with impossible clock values skipped "
+            "(timestamp beyond 63 bits, or a damaged calibration)") in r.stderr
+    assert "sequence jumps" not in r.stderr
+    assert _count(parse_perfetto(tmp_path / "x.pftrace"), "ibv_post_send") == 112
+    m = _cli("matrix", *dirs, "--by", "node")
+    assert m.returncode == 0 and "Traceback" not in m.stderr, m.stderr
+    s = _cli("sql", *dirs, "SELECT count(*) FROM problems", "--parquet", tmp_path / "sq", "--format", "csv")
+    assert s.returncode == 0 and "Traceback" not in s.stderr, s.stderr
+    assert s.stdout.splitlines()[1] == "1"
+
+
+def test_wrong_json_types_skip_the_value_not_the_trace(tmp_path):
+    t, dirs = build_two_nodes(tmp_path / "run")
+    meta = dirs[0] / "p4242" / "meta.json"
+    m = json.loads(meta.read_text())
+    m["argv"] = 5
+    meta.write_text(json.dumps(m))
+    cold = dirs[0] / "p4242" / "cold.jsonl"
+    at = cold.stat().st_size
+    with open(cold, "a") as f:
+        f.write('{"ev":"qp_create","qpn":"abc","ts":1,"tid":1}\n')
+    r = export(tmp_path, dirs)
+    assert r.returncode == 0, r.stderr
+    assert f"{meta}: key skipped: 'argv' is an integer, expected a list" in r.stderr
+    assert f"{cold} at byte {at}: event of wrong types skipped ('qpn' is a string, expected an integer)" in r.stderr
+    assert _count(parse_perfetto(tmp_path / "x.pftrace"), "ibv_post_send") == 112
+    rep = _cli("report", "--json", dirs[0])
+    assert rep.returncode == 0, rep.stderr
+    got = json.loads(rep.stdout)
+    assert got["problems"] == [f"{meta}: key skipped: 'argv' is an integer, expected a list",
+                               f"{cold} at byte {at}: event of wrong types skipped ('qpn' is a string, "
+                               "expected an integer)"]
+    assert [p["argv"] for p in got["processes"]] == [None]
+    for cmd in (["matrix", *dirs], ["sql", *dirs, "SELECT 1", "--parquet", tmp_path / "sq"]):
+        r = _cli(*cmd)
+        assert r.returncode == 0 and "Traceback" not in r.stderr, r.stderr
+
+
+def test_calibration_triple_far_ahead_is_dropped_not_every_one_after_it(tmp_path):
+    """A changed top byte of a CALIB record's realtime (still a valid 63-bit value): that triple is
+    dropped and named; the clock stays fitted through the others (the export raised ValueError on
+    timestamps that overflowed)."""
+    t, dirs = build_two_nodes(tmp_path / "run")
+    main = dirs[0] / "p4242" / "streams" / "t4242.bin"
+    recs = np.fromfile(main, dtype=fmt.RECORD_DTYPE, offset=HDR)
+    i = int(np.flatnonzero(recs["type"] == fmt.RecType.CALIB)[1])
+    with open(main, "r+b") as f:
+        f.seek(HDR + i * REC + 39)
+        f.write(b"\x74")
+    r = export(tmp_path, dirs)
+    assert r.returncode == 0, r.stderr
+    assert f"{dirs[0] / 'p4242'}: calibration triple at tsc {recs['ts'][i]} jumps ahead in realtime; dropped" \
+        in r.stderr
+    pt = parse_perfetto(tmp_path / "x.pftrace")
+    assert _count(pt, "ibv_post_send") == 112
+    got = sorted(p.timestamp for p, te in pt.events
+                 if pt.name(te) == "ibv_post_send" and pt.args(te)["qpn"] == t.qa.qpn)
+    want = sorted(np.array(t.expected.send_times[(4242, t.qa.qpn)]) + T0_NS)
+    assert np.abs(np.array(got) - np.array(want)).max() <= JITTER_NS + 2
