@@ -40,11 +40,11 @@ HDR, REC = fmt.STREAM_HEADER_SIZE, fmt.RECORD_SIZE
 def run_commands(dirs: list[Path], out: Path) -> dict[str, list[str]]:
     """report --json, export --perfetto, sql and matrix over `dirs`, as the CLI runs them; the
     problems each reported.  The one place that knows the correlate/export API."""
-    from sigmatrace.correlate.correlator import Correlator
     from sigmatrace.correlate.matrix import build
-    from sigmatrace.correlate.pipeline import run
-    from sigmatrace.export.parquet import ParquetSink
-    from sigmatrace.export.perfetto import PerfettoSink
+    from sigmatrace.correlate.model import RunModel
+    from sigmatrace.correlate.output import write
+    from sigmatrace.export.parquet import ParquetOutput
+    from sigmatrace.export.perfetto import PerfettoOutput
     from sigmatrace.export.sql import connect, query
     from sigmatrace.report import build_report
     from sigmatrace.trace.reader import TraceDir
@@ -55,19 +55,20 @@ def run_commands(dirs: list[Path], out: Path) -> dict[str, list[str]]:
         json.dumps(rep, default=int)          # what report --json prints
         report += rep["problems"]
     # export --perfetto, and the tables `sql` builds, in one pass (as `export --perfetto --parquet`)
-    c = Correlator(dirs)
+    model = RunModel.load(dirs)
     shutil.rmtree(out / "tables", ignore_errors=True)
-    res = run(c, [PerfettoSink(out / "trace.pftrace"), ParquetSink(out / "tables")])
+    (out / "trace.pftrace").unlink(missing_ok=True)
+    res = write(model, [PerfettoOutput(out / "trace.pftrace"), ParquetOutput(out / "tables")])
     # DuckDB takes ~70 ms to open: one connection per tables directory, whose views read the
     # files again at each query
     con = _connections.get(out) or _connections.setdefault(out, connect(out / "tables"))
     query(con, "SELECT kind, count(*), sum(bytes) FROM ops GROUP BY ALL").fetchall()
     sql = [r[0] for r in query(con, "SELECT path || coalesce(' at byte ' || \"offset\", '') || ': ' || what "
                                     "FROM problems").fetchall()]
-    m = build(Correlator(dirs), "process")
-    m.to_json()
+    matrix_model = RunModel.load(dirs)
+    build(matrix_model, "process").to_json()
     return {"report": report, "export": [str(p) for p in res.problems], "sql": sql,
-            "matrix": [str(p) for p in c.problems]}
+            "matrix": [str(p) for p in matrix_model.problems]}
 
 
 _connections: dict = {}
