@@ -347,6 +347,9 @@ def bases(tmp_path_factory) -> list[Path]:
     return out
 
 
+# ~60 s on two idle cores; several times that on a loaded machine, where the suite's default
+# limit would cut it short
+@pytest.mark.timeout(1200)
 def test_random_damage(bases, tmp_path):
     print(f"fuzz seed {SEED}, {CASES} cases (SIGMATRACE_FUZZ_SEED / SIGMATRACE_FUZZ_CASES / SIGMATRACE_FUZZ_CASE) "
           f"on {', '.join(b.name for b in bases)}")
