@@ -443,8 +443,10 @@ SN_EXPORT int rdma_connect(struct rdma_cm_id *id, struct rdma_conn_param *conn_p
         rc_queue_event(r, RDMA_CM_EVENT_REJECTED, REJ_INVALID_SERVICE_ID, NULL);
         return r->sync ? rc_sync_wait(r, RDMA_CM_EVENT_ESTABLISHED) : 0;
     }
-    if (r->sock >= 0)
+    if (r->sock >= 0) {
+        rc_unwatch(r);
         close(r->sock);                 /* a port reserved by rdma_bind_addr */
+    }
     r->sock = fd;
     if (rc_send(r, &m)) {
         int e = errno;
@@ -610,7 +612,7 @@ SN_EXPORT int rdma_migrate_id(struct rdma_cm_id *id, struct rdma_event_channel *
     r->chan = c;
     id->channel = channel;
     r->sync = sync;
-    if (watched || (r->sock >= 0 && r->state != RC_BOUND))
+    if (watched || (r->state == RC_LISTEN && !sync))
         rc_watch(r);
     if (was_sync)
         rdma_destroy_event_channel(&old->ch);

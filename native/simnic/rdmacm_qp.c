@@ -10,6 +10,20 @@
 
 #define RC_UDP_QKEY 0x01234567
 
+/* Read depths are clamped to what the device takes, as the kernel's CM does. */
+static uint8_t rc_clamp_rd(struct rc_id *r, uint8_t want, int initiator)
+{
+    struct ibv_device_attr da;
+    if (!want)
+        want = 1;
+    if (r->id.verbs && !ibv_query_device(r->id.verbs, &da)) {
+        int max = initiator ? da.max_qp_init_rd_atom : da.max_qp_rd_atom;
+        if (max > 0 && want > max)
+            want = (uint8_t)max;
+    }
+    return want;
+}
+
 void rc_fill_qp_attr(struct rc_id *r, enum ibv_qp_state state, struct ibv_qp_attr *a, int *mask)
 {
     memset(a, 0, sizeof(*a));
@@ -37,7 +51,7 @@ void rc_fill_qp_attr(struct rc_id *r, enum ibv_qp_state state, struct ibv_qp_att
         a->dest_qp_num = r->peer.qpn;
         a->rq_psn = r->peer.psn;
         /* the reads this side answers: the peer's initiator depth */
-        a->max_dest_rd_atomic = r->peer.initiator_depth ? r->peer.initiator_depth : 1;
+        a->max_dest_rd_atomic = rc_clamp_rd(r, r->peer.initiator_depth, 0);
         a->min_rnr_timer = 12;
         a->ah_attr.dlid = r->peer.lid;
         a->ah_attr.port_num = port;
@@ -53,7 +67,7 @@ void rc_fill_qp_attr(struct rc_id *r, enum ibv_qp_state state, struct ibv_qp_att
         a->timeout = 14;
         a->retry_cnt = 7;
         a->rnr_retry = 7;
-        a->max_rd_atomic = r->peer.responder_resources ? r->peer.responder_resources : 1;
+        a->max_rd_atomic = rc_clamp_rd(r, r->peer.responder_resources, 1);
         *mask = IBV_QP_STATE | IBV_QP_SQ_PSN | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT |
                 IBV_QP_RNR_RETRY | IBV_QP_MAX_QP_RD_ATOMIC;
         break;
