@@ -161,39 +161,38 @@ static void rc_free_cqs(struct rc_id *r)
 SN_EXPORT int rdma_create_qp_ex(struct rdma_cm_id *id, struct ibv_qp_init_attr_ex *attr)
 {
     struct rc_id *r = rc_of(id);
-    if (!id->verbs || (attr->comp_mask & ~(uint32_t)IBV_QP_INIT_ATTR_PD)) {
-        errno = id->verbs ? EOPNOTSUPP : EINVAL;
+    if (!id->verbs) {
+        errno = EINVAL;
         return -1;
     }
-    struct ibv_pd *pd = attr->pd ? attr->pd : id->pd ? id->pd : rc_default_pd(id->verbs);
+    struct ibv_pd *pd = (attr->comp_mask & IBV_QP_INIT_ATTR_PD) && attr->pd ? attr->pd
+                      : id->pd ? id->pd : rc_default_pd(id->verbs);
     if (!pd || pd->context != id->verbs) {
         errno = EINVAL;
         return -1;
     }
-    struct ibv_qp_init_attr init = {
-        .qp_context = attr->qp_context, .send_cq = attr->send_cq, .recv_cq = attr->recv_cq,
-        .srq = attr->srq ? attr->srq : id->srq, .cap = attr->cap, .qp_type = attr->qp_type,
-        .sq_sig_all = attr->sq_sig_all,
-    };
-    if (!init.send_cq || (!init.recv_cq && !init.srq)) {
-        if (!init.recv_cq && !init.srq) {
-            if (rc_make_cq(id, (int)attr->cap.max_recv_wr, &id->recv_cq_channel, &id->recv_cq))
-                return -1;
-            init.recv_cq = id->recv_cq;
-            r->own_cqs = 1;
+    struct ibv_qp_init_attr_ex init = *attr;
+    init.comp_mask |= IBV_QP_INIT_ATTR_PD;
+    init.pd = pd;
+    if (!init.srq)
+        init.srq = id->srq;
+    if (!init.recv_cq && !init.srq) {
+        if (rc_make_cq(id, (int)attr->cap.max_recv_wr, &id->recv_cq_channel, &id->recv_cq))
+            return -1;
+        init.recv_cq = id->recv_cq;
+        r->own_cqs = 1;
+    }
+    if (!init.send_cq) {
+        if (rc_make_cq(id, (int)attr->cap.max_send_wr, &id->send_cq_channel, &id->send_cq)) {
+            rc_free_cqs(r);
+            return -1;
         }
-        if (!init.send_cq) {
-            if (rc_make_cq(id, (int)attr->cap.max_send_wr, &id->send_cq_channel, &id->send_cq)) {
-                rc_free_cqs(r);
-                return -1;
-            }
-            init.send_cq = id->send_cq;
-            r->own_cqs = 1;
-        }
+        init.send_cq = id->send_cq;
+        r->own_cqs = 1;
     }
     if (!init.recv_cq)
         init.recv_cq = init.send_cq;
-    struct ibv_qp *qp = ibv_create_qp(pd, &init);
+    struct ibv_qp *qp = ibv_create_qp_ex(id->verbs, &init);
     if (!qp) {
         rc_free_cqs(r);
         return -1;
