@@ -436,7 +436,14 @@ SN_EXPORT int rdma_connect(struct rdma_cm_id *id, struct rdma_conn_param *conn_p
     if (fd < 0)
         return -1;
     r->state = RC_CONNECTING;
-    if (connect(fd, (struct sockaddr *)&un, len)) {
+    /* A port with no listener is tried again for up to a second before the rejection: a
+     * server that closes its listener and listens anew between two connections (perftest's
+     * rdma_cm mode does) is found, as the CM's retransmitted REQ would find it. */
+    int rc;
+    for (int tries = 0; (rc = connect(fd, (struct sockaddr *)&un, len)) && tries < 100 &&
+                        (errno == ECONNREFUSED || errno == ENOENT); tries++)
+        usleep(10000);
+    if (rc) {
         close(fd);
         /* nobody listens on that port: the IB CM's "invalid service ID" rejection */
         r->state = RC_ROUTE_RESOLVED;
