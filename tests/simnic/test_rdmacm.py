@@ -2,8 +2,13 @@
 on the emulated fabric through the emulated librdmacm: exact data, counts and errors."""
 import re
 
-from .conftest import free_port, run
+import pytest
+
+from sigmatrace import paths
+
 from .cm_pair import cm_pair
+from .conftest import free_port, run
+from .test_symbols import SYSTEM, _exports
 
 
 def _rping_lines(count: int, size: int) -> list[str]:
@@ -84,3 +89,12 @@ def test_perftest_write_bw_rdma_cm(nic_env):
     srv, cli = cm_pair(args, args + ["127.0.0.1"], nic_env, port)
     assert cli.rc == 0 and srv.rc == 0, cli.out + cli.err + srv.out + srv.err
     _perftest_row(cli.out, 4096, 200)
+
+
+@pytest.mark.parametrize("lib", ["librdmacm.so.1", "libefa.so.1"])
+def test_export_table_matches_rdma_core_44(lib):
+    """The emulated librdmacm and the libefa stand-in export Debian's names and versions."""
+    ours = _exports(paths.native(f"simnic/{lib}"))
+    theirs = _exports(f"{SYSTEM}/{lib}")
+    assert theirs, "Debian's librdmacm1 and libefa1 are installed by scripts/setup.sh"
+    assert ours == theirs, f"missing {sorted(theirs - ours)}, extra {sorted(ours - theirs)}"
