@@ -224,6 +224,7 @@ SN_EXPORT int rdma_destroy_id(struct rdma_cm_id *id)
     pthread_mutex_unlock(&rc_lock);
     if (r->req_event)
         free(r->req_event);
+    free(r->ep_qp_attr);
     if (r->sync)
         rdma_destroy_event_channel(id->channel);
     free(r);
@@ -845,6 +846,18 @@ SN_EXPORT int rdma_get_request(struct rdma_cm_id *listen, struct rdma_cm_id **id
         struct rc_id *r = rc_of(e->ev.id);
         r->req_event = e;
         r->id.event = &e->ev;
+        if (l->ep_qp_attr) {
+            struct ibv_qp_init_attr attr = *l->ep_qp_attr;
+            if (l->ep_pd)
+                r->id.pd = l->ep_pd;
+            if (rdma_create_qp(&r->id, l->ep_pd, &attr)) {
+                int err = errno;
+                rdma_reject(&r->id, NULL, 0);
+                rdma_destroy_id(&r->id);
+                errno = err;
+                return -1;
+            }
+        }
         *id = &r->id;
         return 0;
     }

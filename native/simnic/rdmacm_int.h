@@ -79,6 +79,8 @@ struct rc_id {
     struct ibv_sa_path_rec path;
     int own_cqs;                        /* rdma_create_qp made the CQs and channels */
     struct rc_event *req_event;         /* rdma_get_request's event, acked on accept/reject */
+    struct ibv_pd *ep_pd;               /* a passive rdma_create_ep's QP for each request */
+    struct ibv_qp_init_attr *ep_qp_attr;
 };
 
 extern pthread_mutex_t rc_lock;

@@ -35,8 +35,23 @@ SN_EXPORT int rdma_create_ep(struct rdma_cm_id **id, struct rdma_addrinfo *res,
     }
     if (!ret && pd)
         cm->pd = pd;
-    if (!ret && qp_init_attr && !(res->ai_flags & RAI_PASSIVE))
-        ret = rdma_create_qp(cm, pd, qp_init_attr);
+    if (!ret && qp_init_attr) {
+        qp_init_attr->qp_type = (enum ibv_qp_type)res->ai_qp_type;
+        if (res->ai_flags & RAI_PASSIVE) {
+            /* each request rdma_get_request returns gets a QP made like this */
+            struct rc_id *r = rc_of(cm);
+            r->ep_qp_attr = malloc(sizeof(*qp_init_attr));
+            if (r->ep_qp_attr) {
+                *r->ep_qp_attr = *qp_init_attr;
+                r->ep_pd = pd;
+            } else {
+                errno = ENOMEM;
+                ret = -1;
+            }
+        } else {
+            ret = rdma_create_qp(cm, pd, qp_init_attr);
+        }
+    }
     if (ret) {
         int e = errno;
         rdma_destroy_id(cm);
