@@ -98,3 +98,24 @@ def test_export_table_matches_rdma_core_44(lib):
     theirs = _exports(f"{SYSTEM}/{lib}")
     assert theirs, "Debian's librdmacm1 and libefa1 are installed by scripts/setup.sh"
     assert ours == theirs, f"missing {sorted(theirs - ours)}, extra {sorted(ours - theirs)}"
+
+
+def test_rdma_server_client_synchronous_endpoints(nic_env):
+    """rdma_server / rdma_client: ids without a channel (rdma_create_ep, rdma_get_request) and
+    the inline rdma_verbs.h helpers on the CQs rdma_create_qp made."""
+    port = free_port()
+    srv, cli = cm_pair(["rdma_server", "-p", str(port)],
+                       ["rdma_client", "-s", "127.0.0.1", "-p", str(port)], nic_env, port)
+    assert (srv.rc, srv.out.split()) == (0, ["rdma_server:", "start", "rdma_server:", "end", "0"])
+    assert (cli.rc, cli.out.split()) == (0, ["rdma_client:", "start", "rdma_client:", "end", "0"])
+
+
+def test_ucmatose_four_connections(nic_env):
+    """ucmatose: 4 connections on one event channel, 10 messages each way on each."""
+    port = free_port()
+    args = ["ucmatose", "-p", str(port), "-c", "4", "-C", "10"]
+    srv, cli = cm_pair(args, args + ["-s", "127.0.0.1"], nic_env, port)
+    for res in (srv, cli):
+        assert res.rc == 0, res.out + res.err
+        assert "data transfers complete" in res.out and "return status 0" in res.out, res.out
+    assert "disconnected" in srv.out
