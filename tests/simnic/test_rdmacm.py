@@ -7,7 +7,7 @@ import pytest
 from sigmatrace import paths
 
 from .cm_pair import cm_pair
-from .conftest import free_port, run
+from .conftest import example, free_port, run
 from .test_symbols import SYSTEM, _exports
 
 
@@ -119,3 +119,13 @@ def test_ucmatose_four_connections(nic_env):
         assert res.rc == 0, res.out + res.err
         assert "data transfers complete" in res.out and "return status 0" in res.out, res.out
     assert "disconnected" in srv.out
+
+
+def test_cm_edges(nic_env):
+    """Private data limits and lengths, rejection with data, CONNECT_RESPONSE / rdma_establish,
+    a non-blocking channel, rdma_migrate_id and disconnection (examples/rdma/cm_edges.c)."""
+    r = run([str(example("cm_edges")), str(free_port())], nic_env, timeout=30)
+    assert r.rc == 0, r.out + r.err
+    lines = r.out.splitlines()
+    assert lines[-1] == "0 failures" and len(lines) == 26, r.out
+    assert all(l.startswith("ok ") for l in lines[:-1]), r.out
