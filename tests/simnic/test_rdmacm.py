@@ -127,5 +127,5 @@ def test_cm_edges(nic_env):
     r = run([str(example("cm_edges")), str(free_port())], nic_env, timeout=30)
     assert r.rc == 0, r.out + r.err
     lines = r.out.splitlines()
-    assert lines[-1] == "0 failures" and len(lines) == 26, r.out
+    assert lines[-1] == "0 failures" and len(lines) == 25, r.out
     assert all(l.startswith("ok ") for l in lines[:-1]), r.out
