@@ -7,7 +7,7 @@ cd "$(dirname "$0")/.."
 
 APT_PACKAGES=(
   python3 python3-venv python3-dev gcc make git ca-certificates procps iproute2 tmux
-  libibverbs-dev ibverbs-utils libfabric-bin ucx-utils
+  libibverbs-dev ibverbs-utils libfabric-bin ucx-utils librdmacm-dev rdmacm-utils perftest
   bpfcc-tools python3-bpfcc libbpfcc linux-headers-amd64
   binutils linux-perf
 )

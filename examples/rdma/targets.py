@@ -13,3 +13,6 @@ TARGETS = [
     Target(out="bin/rdma_errors", sources=["examples/rdma/rdma_errors.c"], kind="exe",
            cflags=_CFLAGS, libs=["ibverbs"]),
 ]
+# rdma_cm's edge cases (tests/simnic/test_rdmacm.py), linked against the system's librdmacm-dev.
+TARGETS.append(Target(out="bin/cm_edges", sources=["examples/rdma/cm_edges.c"], kind="exe",
+                      cflags=_CFLAGS, libs=["rdmacm"]))

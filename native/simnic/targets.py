@@ -28,6 +28,27 @@ TARGETS = [
         soname="libmlx5.so.1",
         links=["libmlx5.so.1", "libmlx5.so"],
     ),
+    # librdmacm.so.1: rdma_cm between processes on the emulated fabric (rdmacm_int.h).
+    Target(
+        out="simnic/librdmacm.so.1.3.44.0",
+        sources=["native/simnic/rdmacm_*.c"],
+        cflags=_CFLAGS,
+        ldflags=["-pthread"],
+        libs=["ibverbs"],
+        version_script="native/simnic/librdmacm.map",
+        soname="librdmacm.so.1",
+        links=["librdmacm.so.1", "librdmacm.so"],
+    ),
+    # libefa.so.1: stands in for rdma-core's EFA library, which libfabric links; the emulated
+    # NIC has no EFA device (efa_standin.c).
+    Target(
+        out="simnic/libefa.so.1.2.44.0",
+        sources=["native/simnic/efa_standin.c"],
+        cflags=_CFLAGS,
+        version_script="native/simnic/libefa.map",
+        soname="libefa.so.1",
+        links=["libefa.so.1"],
+    ),
 ]
 
 # The benchmark's baseline (bench/simnic_bench.py): the same hand-off over a plain

@@ -1,5 +1,6 @@
 """The emulated NIC depends in one direction only: the provider (verbs_lib.c, mlx5_*.c) builds on
-the engine (eng_*.c), never the reverse.  Checked twice: the headers the engine's sources reach,
+the engine (eng_*.c), never the reverse; the libraries above verbs (librdmacm: rdmacm_*.c, the
+libefa stand-in: efa_standin.c) use the public verbs API only.  Checked twice: the headers the engine's sources reach,
 and the symbols the engine's object files, compiled as native/build.py compiles them, leave
 undefined."""
 from __future__ import annotations
@@ -16,6 +17,7 @@ ROOT = Path(__file__).resolve().parents[2]
 SIMNIC = ROOT / "native" / "simnic"
 ENGINE = sorted(SIMNIC.glob("eng_*.c"))
 PROVIDER = sorted(SIMNIC.glob("mlx5_*.c")) + [SIMNIC / "verbs_lib.c"]
+ABOVE_VERBS = sorted(SIMNIC.glob("rdmacm_*.c")) + [SIMNIC / "efa_standin.c"]
 # the provider's headers: its objects, its verbs, its ABI with libibverbs, its exports
 PROVIDER_HEADERS = {"sn.h", "sn_verbs.h", "sn_provider.h", "sn_export.h"}
 
@@ -34,8 +36,14 @@ def _local_includes(path: Path, seen: set[str] | None = None) -> set[str]:
 
 
 def test_every_source_is_engine_or_provider():
-    assert set(SIMNIC.glob("*.c")) == set(ENGINE) | set(PROVIDER)
+    assert set(SIMNIC.glob("*.c")) == set(ENGINE) | set(PROVIDER) | set(ABOVE_VERBS)
     assert ENGINE and len(PROVIDER) > 1
+
+
+@pytest.mark.parametrize("src", ABOVE_VERBS, ids=lambda p: p.name)
+def test_library_above_verbs_reaches_no_engine_or_provider_header(src):
+    reached = _local_includes(src) - {"sn_export.h", "rdmacm_int.h"}
+    assert not reached, f"{src.name} reaches {sorted(reached)}"
 
 
 @pytest.mark.parametrize("src", ENGINE, ids=lambda p: p.name)
