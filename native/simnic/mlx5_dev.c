@@ -410,6 +410,24 @@ static int query_device_ex(struct ibv_context *ctx, const struct ibv_query_devic
     return 0;
 }
 
+/* Hands A to a caller whose struct ibv_port_attr is LEN bytes, as rdma-core's libibverbs does:
+ * a shorter (older) struct gets its prefix; a longer one (a program built against a newer
+ * rdma-core) is zeroed first.  rdma-core 47 and later have `uint32_t active_speed_ex` at byte
+ * 52 (the kernel reports the speed there too; NDR fits in active_speed as well). */
+#define PORT_ATTR_SPEED_EX_OFF 52
+
+static void sn_port_attr_copy(struct ibv_port_attr *attr, size_t len, const struct ibv_port_attr *a)
+{
+    if (len > sizeof(*a))
+        memset(attr, 0, len);
+    memcpy(attr, a, len < sizeof(*a) ? len : sizeof(*a));
+    if (len >= PORT_ATTR_SPEED_EX_OFF + sizeof(uint32_t)) {
+        uint32_t speed_ex = a->active_speed;
+
+        memcpy((char *)attr + PORT_ATTR_SPEED_EX_OFF, &speed_ex, sizeof(speed_ex));
+    }
+}
+
 int sn_query_port(struct ibv_context *ctx, uint8_t port, struct ibv_port_attr *attr, size_t len)
 {
     struct sn_device *d = to_sctx(ctx)->dev;
@@ -438,7 +456,7 @@ int sn_query_port(struct ibv_context *ctx, uint8_t port, struct ibv_port_attr *a
     a.phys_state = 5;       /* LinkUp */
     a.link_layer = IBV_LINK_LAYER_INFINIBAND;
     a.port_cap_flags2 = IBV_PORT_LINK_SPEED_NDR_SUP;
-    memcpy(attr, &a, len < sizeof(a) ? len : sizeof(a));
+    sn_port_attr_copy(attr, len, &a);
     return 0;
 }
 
@@ -599,8 +617,7 @@ static int compat_query_device(struct ibv_context *ctx, struct ibv_device_attr *
 
 static int compat_query_port(struct ibv_context *ctx, uint8_t port, struct _compat_ibv_port_attr *attr)
 {
-    return sn_query_port(ctx, port, (struct ibv_port_attr *)attr,
-                         offsetof(struct ibv_port_attr, flags));
+    return sn_query_port(ctx, port, (struct ibv_port_attr *)attr, SN_COMPAT_PORT_ATTR_LEN);
 }
 
 struct ibv_context *sn_open_device(struct ibv_device *ibdev)
