@@ -395,10 +395,12 @@ static int query_device_ex(struct ibv_context *ctx, const struct ibv_query_devic
 {
     struct ibv_device_attr_ex a;
 
-    if (in && in->comp_mask)
+    if ((in && in->comp_mask) || size < sizeof(a.orig_attr))
         return EINVAL;
     memset(&a, 0, sizeof(a));
     fill_device_attr(to_sctx(ctx)->dev, &a.orig_attr);
+    /* the kernel reports all 64 bits; the low 32 are the legacy flags */
+    a.device_cap_flags_ex = a.orig_attr.device_cap_flags;
     a.completion_timestamp_mask = 0x7fffffffffffffffull;
     a.hca_core_clock = 1000000;     /* kHz: completion timestamps count nanoseconds */
     a.max_dm_size = 0;
@@ -406,6 +408,8 @@ static int query_device_ex(struct ibv_context *ctx, const struct ibv_query_devic
     a.pci_atomic_caps.swap = IBV_PCI_ATOMIC_OPERATION_8_BYTE_SIZE_SUP;
     a.pci_atomic_caps.compare_swap = IBV_PCI_ATOMIC_OPERATION_8_BYTE_SIZE_SUP;
     a.phys_port_cnt_ex = 1;
+    if (size > sizeof(a))   /* a newer rdma-core's struct: what this device does not know is 0 */
+        memset(attr, 0, size);
     memcpy(attr, &a, size < sizeof(a) ? size : sizeof(a));
     return 0;
 }

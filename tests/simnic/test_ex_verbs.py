@@ -17,6 +17,9 @@ PROGS = Path(__file__).resolve().parent / "progs"
 
 EXPECTED = [
     "query_device_ex: 0 part 4129 ports 1 clock_khz 1000000 ts_mask 7fffffffffffffff fetch_add 2",
+    "query_device_ex cap_flags_ex: 1",
+    "query_device_ex newer struct: 0 tail_zero 1",
+    "query_device_ex 16 bytes: EINVAL",
     "query_device_ex comp_mask 1: EINVAL",
     "provider query_device_ex comp_mask 1: EINVAL",
     "query_port: 0 state 4 mtu 5 width 2 speed 128 link 1 flags 0 cap2 0x400",

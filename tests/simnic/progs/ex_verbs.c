@@ -42,6 +42,18 @@ static void queries(struct ibv_context *ctx)
 	       err_name(ret), dx.orig_attr.vendor_part_id, (unsigned)dx.phys_port_cnt_ex,
 	       (unsigned long long)dx.hca_core_clock,
 	       (unsigned long long)dx.completion_timestamp_mask, dx.pci_atomic_caps.fetch_add);
+	printf("query_device_ex cap_flags_ex: %d\n",
+	       dx.device_cap_flags_ex == dx.orig_attr.device_cap_flags && dx.device_cap_flags_ex);
+	{
+		uint8_t big[sizeof(dx) + 64];
+
+		memset(big, 0xff, sizeof(big));
+		ret = vctx->query_device_ex(ctx, NULL, (struct ibv_device_attr_ex *)big, sizeof(big));
+		printf("query_device_ex newer struct: %s tail_zero %d\n", err_name(ret),
+		       !big[sizeof(dx)] && !big[sizeof(big) - 1]);
+		ret = vctx->query_device_ex(ctx, NULL, (struct ibv_device_attr_ex *)big, 16);
+		printf("query_device_ex 16 bytes: %s\n", err_name(ret));
+	}
 	printf("query_device_ex comp_mask 1: %s\n", err_name(ibv_query_device_ex(ctx, &in, &dx)));
 	ret = vctx->query_device_ex(ctx, &in, &dx, sizeof(dx));
 	printf("provider query_device_ex comp_mask 1: %s\n", err_name(ret));
