@@ -362,7 +362,15 @@ static uint32_t read_slid(struct ibv_cq_ex *c) { return CUR(c).slid; }
 static uint8_t read_sl(struct ibv_cq_ex *c) { return CUR(c).sl; }
 static uint8_t read_dlid_path_bits(struct ibv_cq_ex *c) { return CUR(c).dlid_path_bits; }
 static uint64_t read_completion_ts(struct ibv_cq_ex *c) { return ((struct sn_cq *)c)->cur_ts; }
-static uint64_t read_completion_wallclock_ns(struct ibv_cq_ex *c) { return ((struct sn_cq *)c)->cur_ts; }
+/* CQE timestamps count CLOCK_MONOTONIC nanoseconds; the wall-clock form is real time */
+static uint64_t read_completion_wallclock_ns(struct ibv_cq_ex *c)
+{
+    struct timespec rt;
+
+    clock_gettime(CLOCK_REALTIME, &rt);
+    return ((struct sn_cq *)c)->cur_ts + (uint64_t)rt.tv_sec * 1000000000ull +
+           (uint64_t)rt.tv_nsec - sn_now_ns();
+}
 #undef CUR
 static uint16_t read_cvlan(struct ibv_cq_ex *c) { return 0; }       /* InfiniBand: no VLAN */
 static uint32_t read_flow_tag(struct ibv_cq_ex *c) { return 0; }

@@ -36,6 +36,16 @@ EXPECTED = [
     # a NIC without dma-buf support: NCCL's probe (fd -1) and a real descriptor alike
     "reg_dmabuf_mr probe: NULL errno EOPNOTSUPP",
     "reg_dmabuf_mr fd: NULL errno EOPNOTSUPP",
+    # the kernel pins what is registered: unmapped, inaccessible or (for writes) read-only
+    # pages fail with EFAULT; an I/O virtual address keeps the buffer's page offset
+    "reg_mr read-write page: mr",
+    "reg_mr over a hole: NULL errno EFAULT",
+    "reg_mr unmapped page: NULL errno EFAULT",
+    "reg_mr read-only page, read access: mr",
+    "reg_mr read-only page, local write: NULL errno EFAULT",
+    "reg_mr no-access page: NULL errno EFAULT",
+    "reg_mr_iova2 page offsets differ: NULL errno EINVAL",
+    "rereg_mr read-only page to local write: -4 errno EFAULT",
     # rdma-core's mlx5 checks and errors
     "create_cq_ex unknown wc flag: NULL errno EOPNOTSUPP",
     "create_cq_ex ordinary pd as parent domain: NULL errno EINVAL",
@@ -48,7 +58,7 @@ EXPECTED = [
     "status 0 len 16 imm abcdef",
     "send cqe: wr_id 2 RDMA_WRITE status 0 qp_ok 1 | recv cqe: wr_id 101 RECV status 0 len 32 imm -",
     "send cqe: wr_id 3 SEND status 0",
-    "timestamps increase: 1",
+    "timestamps increase: 1; wall-clock near real time: 1",
     "write landed at iova+4096: 1; imm write at iova+64: 1; send payload: 1",
     "send cqe: wr_id 5 FETCH_ADD status 0 len 8",
     "next_poll: ENOENT",

@@ -116,6 +116,50 @@ static void dmabuf(struct ibv_pd *pd)
 	close(fd);
 }
 
+static const char *mr_result(struct ibv_mr *mr)
+{
+	static char buf[32];
+
+	if (mr) {
+		CHECK(!ibv_dereg_mr(mr), "ibv_dereg_mr");
+		return "mr";
+	}
+	snprintf(buf, sizeof(buf), "NULL errno %s", errno == EFAULT ? "EFAULT" : err_name(errno));
+	return buf;
+}
+
+/* Ranges the kernel could not pin are refused at registration, as on hardware. */
+static void registration(struct ibv_pd *pd)
+{
+	const size_t pg = 4096;
+	uint8_t *m = mmap(NULL, 4 * pg, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	struct ibv_mr *mr;
+	int ret;
+
+	CHECK(m != MAP_FAILED, "mmap");
+	CHECK(!munmap(m + pg, pg) && !mprotect(m + 2 * pg, pg, PROT_READ) &&
+	      !mprotect(m + 3 * pg, pg, PROT_NONE), "munmap/mprotect");
+	/* m: read-write | hole | read-only | no access */
+	errno = 0;
+	printf("reg_mr read-write page: %s\n", mr_result(ibv_reg_mr(pd, m, pg, IBV_ACCESS_LOCAL_WRITE)));
+	printf("reg_mr over a hole: %s\n", mr_result(ibv_reg_mr(pd, m, 3 * pg, 0)));
+	printf("reg_mr unmapped page: %s\n", mr_result(ibv_reg_mr(pd, m + pg, pg, 0)));
+	printf("reg_mr read-only page, read access: %s\n", mr_result(ibv_reg_mr(pd, m + 2 * pg, pg, 0)));
+	printf("reg_mr read-only page, local write: %s\n",
+	       mr_result(ibv_reg_mr(pd, m + 2 * pg, pg, IBV_ACCESS_LOCAL_WRITE)));
+	printf("reg_mr no-access page: %s\n", mr_result(ibv_reg_mr(pd, m + 3 * pg, pg, 0)));
+	printf("reg_mr_iova2 page offsets differ: %s\n",
+	       mr_result(ibv_reg_mr_iova2(pd, m + 8, 64, 0x100000000ull, IBV_ACCESS_LOCAL_WRITE)));
+	mr = ibv_reg_mr(pd, m + 2 * pg, pg, 0);
+	CHECK(mr, "ibv_reg_mr read-only");
+	errno = 0;
+	ret = ibv_rereg_mr(mr, IBV_REREG_MR_CHANGE_ACCESS, NULL, NULL, 0, IBV_ACCESS_LOCAL_WRITE);
+	printf("rereg_mr read-only page to local write: %d errno %s\n", ret,
+	       errno == EFAULT ? "EFAULT" : err_name(errno));
+	CHECK(!ibv_dereg_mr(mr), "dereg");
+	munmap(m, 4 * pg);
+}
+
 static struct ibv_cq_ex *cq_ex(struct ibv_context *ctx, uint64_t wc_flags, uint32_t comp_mask,
 			       struct ibv_pd *pd)
 {
@@ -178,7 +222,8 @@ static void data_path(struct ibv_context *ctx, struct ibv_pd *pd)
 	const uint64_t ops = IBV_QP_EX_WITH_RDMA_WRITE | IBV_QP_EX_WITH_RDMA_WRITE_WITH_IMM |
 			     IBV_QP_EX_WITH_SEND | IBV_QP_EX_WITH_RDMA_READ |
 			     IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD;
-	const uint64_t flags = IBV_WC_STANDARD_FLAGS | IBV_WC_EX_WITH_COMPLETION_TIMESTAMP;
+	const uint64_t flags = IBV_WC_STANDARD_FLAGS | IBV_WC_EX_WITH_COMPLETION_TIMESTAMP |
+			       IBV_WC_EX_WITH_COMPLETION_TIMESTAMP_WALLCLOCK;
 	const uint64_t iova = 0x100000000ull;	/* the target region's address as the peer sees it */
 	struct ibv_cq_ex *scq, *rcq, *bad;
 	struct ibv_qp *a, *b, *bad_qp;
@@ -187,7 +232,7 @@ static void data_path(struct ibv_context *ctx, struct ibv_pd *pd)
 	struct peer_info ia = {0}, ib = {0};
 	uint8_t *src, *dst, *recv;
 	uint64_t last_ts = 0;
-	int ret, ts_ok = 1;
+	int ret, ts_ok = 1, wall_ok = 1;
 
 	bad = cq_ex(ctx, flags | (1ull << 20), 0, NULL);
 	printf("create_cq_ex unknown wc flag: %s errno %s\n", bad ? "cq" : "NULL", err_name(errno));
@@ -211,7 +256,8 @@ static void data_path(struct ibv_context *ctx, struct ibv_pd *pd)
 	CHECK(ax, "ibv_qp_to_qp_ex");
 
 	src = calloc(1, 8192);
-	dst = calloc(1, 8192);
+	CHECK(!posix_memalign((void **)&dst, 4096, 8192), "posix_memalign");	/* iova's page offset */
+	memset(dst, 0, 8192);
 	recv = calloc(1, 4096);
 	for (int i = 0; i < 4096; i++)
 		src[i] = (uint8_t)(i * 7 + 3);
@@ -268,6 +314,15 @@ static void data_path(struct ibv_context *ctx, struct ibv_pd *pd)
 		if (ibv_wc_read_completion_ts(scq) < last_ts || !ibv_wc_read_completion_ts(scq))
 			ts_ok = 0;
 		last_ts = ibv_wc_read_completion_ts(scq);
+		{	/* real time, within a second of now */
+			struct timespec rt;
+			int64_t d;
+
+			clock_gettime(CLOCK_REALTIME, &rt);
+			d = (int64_t)(ibv_wc_read_completion_wallclock_ns(scq) -
+				      ((uint64_t)rt.tv_sec * 1000000000ull + (uint64_t)rt.tv_nsec));
+			wall_ok &= d > -1000000000ll && d <= 0;
+		}
 		ibv_end_poll(scq);
 		ibv_end_poll(rcq);
 	}
@@ -275,7 +330,7 @@ static void data_path(struct ibv_context *ctx, struct ibv_pd *pd)
 	printf("send cqe: wr_id %llu %s status %d\n", (unsigned long long)scq->wr_id,
 	       wc_op(ibv_wc_read_opcode(scq)), scq->status);
 	ibv_end_poll(scq);
-	printf("timestamps increase: %d\n", ts_ok);
+	printf("timestamps increase: %d; wall-clock near real time: %d\n", ts_ok, wall_ok);
 	printf("write landed at iova+4096: %d; imm write at iova+64: %d; send payload: %d\n",
 	       !memcmp(dst + 4096, src, 4096), !memcmp(dst + 64, src, 16),
 	       !memcmp(recv + 2048, src + 100, 32));
@@ -324,6 +379,7 @@ int main(void)
 	setvbuf(stdout, NULL, _IOLBF, 0);
 	queries(ctx);
 	dmabuf(pd);
+	registration(pd);
 	data_path(ctx, pd);
 	CHECK(!ibv_dealloc_pd(pd), "dealloc pd");
 	CHECK(!ibv_close_device(ctx), "close");
