@@ -64,6 +64,10 @@ EXPECTED = [
     "next_poll: ENOENT",
     "read back: 1; fetch_add returned 37, counter 42",
     "wr_abort: nothing posted 1",
+    # SGE and inline lists, SEND_WITH_IMM, compare-swap; unsignaled ones complete nothing
+    "send cqe: wr_id 8 COMP_SWAP status 0",
+    "recv cqe: wr_id 102 RECV len 16 imm 77",
+    "gathered send: 1; inline write list: 1; cmp_swp returned 42, counter 7",
 ]
 
 

@@ -192,6 +192,7 @@ static const char *wc_op(enum ibv_wc_opcode op)
 	case IBV_WC_RDMA_WRITE: return "RDMA_WRITE";
 	case IBV_WC_RDMA_READ: return "RDMA_READ";
 	case IBV_WC_FETCH_ADD: return "FETCH_ADD";
+	case IBV_WC_COMP_SWAP: return "COMP_SWAP";
 	case IBV_WC_RECV: return "RECV";
 	case IBV_WC_RECV_RDMA_WITH_IMM: return "RECV_RDMA_WITH_IMM";
 	default: return "?";
@@ -221,7 +222,8 @@ static void data_path(struct ibv_context *ctx, struct ibv_pd *pd)
 {
 	const uint64_t ops = IBV_QP_EX_WITH_RDMA_WRITE | IBV_QP_EX_WITH_RDMA_WRITE_WITH_IMM |
 			     IBV_QP_EX_WITH_SEND | IBV_QP_EX_WITH_RDMA_READ |
-			     IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD;
+			     IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD | IBV_QP_EX_WITH_SEND_WITH_IMM |
+			     IBV_QP_EX_WITH_ATOMIC_CMP_AND_SWP;
 	const uint64_t flags = IBV_WC_STANDARD_FLAGS | IBV_WC_EX_WITH_COMPLETION_TIMESTAMP |
 			       IBV_WC_EX_WITH_COMPLETION_TIMESTAMP_WALLCLOCK;
 	const uint64_t iova = 0x100000000ull;	/* the target region's address as the peer sees it */
@@ -364,6 +366,47 @@ static void data_path(struct ibv_context *ctx, struct ibv_pd *pd)
 			ibv_end_poll(scq);
 		r == ENOENT;
 	}));
+
+	/* lists in one batch: a SEND_WITH_IMM gathered from two entries, a WRITE of two inline
+	 * pieces, a compare-swap; only the last is signaled */
+	{
+		struct ibv_sge sl[2] = {{(uintptr_t)src + 200, 10, src_mr->lkey},
+					{(uintptr_t)src + 300, 6, src_mr->lkey}};
+		struct ibv_data_buf db[2] = {{src + 400, 5}, {src + 500, 7}};
+		struct ibv_sge rs = {.addr = (uintptr_t)recv + 3000, .length = 64, .lkey = recv_mr->lkey};
+		struct ibv_recv_wr rwr = {.wr_id = 102, .sg_list = &rs, .num_sge = 1}, *bwr;
+		uint8_t want[16];
+
+		CHECK(!ibv_post_recv(b, &rwr, &bwr), "ibv_post_recv");
+		ibv_wr_start(ax);
+		ax->wr_id = 6;
+		ax->wr_flags = 0;
+		ibv_wr_send_imm(ax, htobe32(77));
+		ibv_wr_set_sge_list(ax, 2, sl);
+		ax->wr_id = 7;
+		ibv_wr_rdma_write(ax, dst_mr->rkey, iova + 2000);
+		ibv_wr_set_inline_data_list(ax, 2, db);
+		ax->wr_id = 8;
+		ax->wr_flags = IBV_SEND_SIGNALED;
+		ibv_wr_atomic_cmp_swp(ax, dst_mr->rkey, iova, 42, 7);
+		ibv_wr_set_sge(ax, recv_mr->lkey, (uintptr_t)recv + 4008, 8);
+		CHECK(!ibv_wr_complete(ax), "wr_complete");
+		CHECK(!poll_one(scq, 0), "compare-swap completion");
+		printf("send cqe: wr_id %llu %s status %d\n", (unsigned long long)scq->wr_id,
+		       wc_op(ibv_wc_read_opcode(scq)), scq->status);
+		ibv_end_poll(scq);
+		CHECK(!poll_one(rcq, 0), "receive completion");
+		printf("recv cqe: wr_id %llu %s len %u imm %u\n", (unsigned long long)rcq->wr_id,
+		       wc_op(ibv_wc_read_opcode(rcq)), ibv_wc_read_byte_len(rcq),
+		       be32toh(ibv_wc_read_imm_data(rcq)));
+		ibv_end_poll(rcq);
+		memcpy(want, src + 200, 10);
+		memcpy(want + 10, src + 300, 6);
+		printf("gathered send: %d; inline write list: %d; cmp_swp returned %llu, counter %llu\n",
+		       !memcmp(recv + 3000, want, 16),
+		       !memcmp(dst + 2000, src + 400, 5) && !memcmp(dst + 2005, src + 500, 7),
+		       (unsigned long long)*(uint64_t *)(recv + 4008), (unsigned long long)*(uint64_t *)dst);
+	}
 
 	CHECK(!ibv_destroy_qp(a) && !ibv_destroy_qp(b), "destroy qp");
 	CHECK(!ibv_destroy_cq(ibv_cq_ex_to_cq(scq)) && !ibv_destroy_cq(ibv_cq_ex_to_cq(rcq)), "destroy cq");
