@@ -1,7 +1,8 @@
 """The extended verbs (`*_ex`, ibv_wr_*, ibv_cq_ex polling), the port query in each struct size
-programs are built with, ibv_reg_mr_iova2 and ibv_reg_dmabuf_mr as NCCL probes it: one
-program (tests/simnic/progs/ex_verbs.c, built against Debian's rdma-core headers) on the
-emulated NIC, every answer compared."""
+programs are built with, memory registration (ibv_reg_mr_iova2, ranges the kernel could not
+pin) and ibv_reg_dmabuf_mr as NCCL probes it, the libraries loaded by their development names
+as NCCL loads them: one program (tests/simnic/progs/ex_verbs.c, built against Debian's
+rdma-core headers) on the emulated NIC, every answer compared."""
 from __future__ import annotations
 
 import shutil
@@ -16,6 +17,8 @@ ROOT = Path(__file__).resolve().parents[2]
 PROGS = Path(__file__).resolve().parent / "progs"
 
 EXPECTED = [
+    # NCCL's way in: the development names on the search path, symbols by dlvsym
+    "dlopen libibverbs.so: emulated 1, 1 device mlx5_0; libmlx5.so: emulated 1, mlx5dv_is_supported 1",
     "query_device_ex: 0 part 4129 ports 1 clock_khz 1000000 ts_mask 7fffffffffffffff fetch_add 2",
     "query_device_ex cap_flags_ex: 1",
     "query_device_ex newer struct: 0 tail_zero 1",

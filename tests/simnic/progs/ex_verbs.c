@@ -7,6 +7,7 @@
  * line; tests/simnic/test_ex_verbs.py compares them.  Exit status 2 on a failed check. */
 #define _GNU_SOURCE
 #include <dlfcn.h>
+#include <stdbool.h>
 #include <sys/mman.h>
 
 #include "common.h"
@@ -413,6 +414,32 @@ static void data_path(struct ibv_context *ctx, struct ibv_pd *pd)
 	CHECK(!ibv_dereg_mr(src_mr) && !ibv_dereg_mr(dst_mr) && !ibv_dereg_mr(recv_mr), "dereg");
 }
 
+/* As NCCL loads the libraries: the development names through the search path, RTLD_LOCAL,
+ * every symbol by dlvsym with the version it was built against. */
+static void nccl_style_load(void)
+{
+	void *vb = dlopen("libibverbs.so", RTLD_NOW), *m5 = dlopen("libmlx5.so", RTLD_NOW);
+	struct ibv_device **(*get_list)(int *);
+	const char *(*get_name)(struct ibv_device *);
+	bool (*is_supported)(struct ibv_device *);
+	struct ibv_device **list;
+	Dl_info vi = {0}, mi = {0};
+	int n = 0;
+
+	CHECK(vb && m5, "dlopen: %s", dlerror());
+	get_list = dlvsym(vb, "ibv_get_device_list", "IBVERBS_1.1");
+	get_name = dlvsym(vb, "ibv_get_device_name", "IBVERBS_1.1");
+	is_supported = dlvsym(m5, "mlx5dv_is_supported", "MLX5_1.8");
+	CHECK(get_list && get_name && is_supported, "dlvsym");
+	dladdr((void *)get_list, &vi);
+	dladdr((void *)is_supported, &mi);
+	list = get_list(&n);
+	printf("dlopen libibverbs.so: emulated %d, %d device %s; libmlx5.so: emulated %d, "
+	       "mlx5dv_is_supported %d\n", vi.dli_fname && strstr(vi.dli_fname, "/simnic/") != NULL,
+	       n, n ? get_name(list[0]) : "-", mi.dli_fname && strstr(mi.dli_fname, "/simnic/") != NULL,
+	       n ? (int)is_supported(list[0]) : -1);
+}
+
 int main(void)
 {
 	struct ibv_context *ctx = open_first_device();
@@ -420,6 +447,7 @@ int main(void)
 
 	CHECK(pd, "ibv_alloc_pd");
 	setvbuf(stdout, NULL, _IOLBF, 0);
+	nccl_style_load();
 	queries(ctx);
 	dmabuf(pd);
 	registration(pd);
