@@ -431,6 +431,7 @@ static struct sn_cq *cq_create(struct ibv_context *c, int cqe, void *cq_context,
     cq->e.cnt = cnt;
     cq->e.log_cnt = (uint32_t)__builtin_ctz(cnt);
     cq->e.dbrec = cq->dbrec;
+    cq->e.ignore_overrun = !!(flags & IBV_CREATE_CQ_ATTR_IGNORE_OVERRUN);
     cq->e.ev_obj = &cq->ibcq;
     cq->e.comp_fd = ibch ? ((struct sn_channel *)ibch)->wfd : -1;
     cq->e.async_fd = ctx->async_pipe[1];

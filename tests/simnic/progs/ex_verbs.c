@@ -7,6 +7,7 @@
  * line; tests/simnic/test_ex_verbs.py compares them.  Exit status 2 on a failed check. */
 #define _GNU_SOURCE
 #include <dlfcn.h>
+#include <poll.h>
 #include <stdbool.h>
 #include <sys/mman.h>
 
@@ -219,6 +220,56 @@ static int poll_one(struct ibv_cq_ex *cq, int started)
 	}
 }
 
+/* Three signaled writes complete into a CQ of two entries nobody polls.  Returns whether the
+ * context reported IBV_EVENT_CQ_ERR for it (within 300 ms of the last write landing). */
+static int overrun_reported(struct ibv_context *ctx, struct ibv_pd *pd, struct ibv_cq_ex *rcq,
+			    int ignore, struct ibv_mr *src_mr, struct ibv_mr *dst_mr, uint64_t iova)
+{
+	struct ibv_cq_init_attr_ex ca = {.cqe = 1, .wc_flags = IBV_WC_STANDARD_FLAGS,
+					 .comp_mask = IBV_CQ_INIT_ATTR_MASK_FLAGS,
+					 .flags = ignore ? IBV_CREATE_CQ_ATTR_IGNORE_OVERRUN : 0};
+	struct ibv_cq_ex *tiny = ibv_create_cq_ex(ctx, &ca);
+	struct ibv_qp *c, *d;
+	struct ibv_qp_ex *cx;
+	struct peer_info ic = {0}, id = {0};
+	struct pollfd pfd = {.fd = ctx->async_fd, .events = POLLIN};
+	uint64_t *vals = (uint64_t *)((uint8_t *)src_mr->addr + 6000), marker = 500 + ignore;
+	volatile uint64_t *landed = (volatile uint64_t *)((uint8_t *)dst_mr->addr + 3000);
+	double end = now_s() + 10;
+	int reported = 0;
+
+	CHECK(tiny && tiny->cqe == 1, "tiny cq: %s", strerror(errno));
+	c = qp_ex(ctx, pd, tiny, rcq, IBV_QP_EX_WITH_RDMA_WRITE);
+	d = qp_ex(ctx, pd, tiny, rcq, IBV_QP_EX_WITH_RDMA_WRITE);
+	CHECK(c && d, "qp");
+	cx = ibv_qp_to_qp_ex(c);
+	fill_local_info(ctx, c, &ic);
+	fill_local_info(ctx, d, &id);
+	connect_rc(c, &ic, &id, 0);
+	connect_rc(d, &id, &ic, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
+	ibv_wr_start(cx);
+	for (int i = 0; i < 3; i++) {
+		vals[i] = i < 2 ? (uint64_t)i : marker;
+		cx->wr_id = 10 + i;
+		cx->wr_flags = IBV_SEND_SIGNALED;
+		ibv_wr_rdma_write(cx, dst_mr->rkey, iova + 3000);
+		ibv_wr_set_sge(cx, src_mr->lkey, (uintptr_t)&vals[i], 8);
+	}
+	CHECK(!ibv_wr_complete(cx), "wr_complete");
+	while (*landed != marker)
+		CHECK(now_s() < end, "writes did not land");
+	if (poll(&pfd, 1, 300) == 1) {
+		struct ibv_async_event ev;
+
+		CHECK(!ibv_get_async_event(ctx, &ev), "ibv_get_async_event");
+		reported = ev.event_type == IBV_EVENT_CQ_ERR && ev.element.cq == ibv_cq_ex_to_cq(tiny);
+		ibv_ack_async_event(&ev);
+	}
+	CHECK(!ibv_destroy_qp(c) && !ibv_destroy_qp(d) && !ibv_destroy_cq(ibv_cq_ex_to_cq(tiny)),
+	      "destroy");
+	return reported;
+}
+
 static void data_path(struct ibv_context *ctx, struct ibv_pd *pd)
 {
 	const uint64_t ops = IBV_QP_EX_WITH_RDMA_WRITE | IBV_QP_EX_WITH_RDMA_WRITE_WITH_IMM |
@@ -408,6 +459,10 @@ static void data_path(struct ibv_context *ctx, struct ibv_pd *pd)
 		       !memcmp(dst + 2000, src + 400, 5) && !memcmp(dst + 2005, src + 500, 7),
 		       (unsigned long long)*(uint64_t *)(recv + 4008), (unsigned long long)*(uint64_t *)dst);
 	}
+
+	ret = overrun_reported(ctx, pd, rcq, 0, src_mr, dst_mr, iova);
+	printf("CQ overrun reported: %d; with IBV_CREATE_CQ_ATTR_IGNORE_OVERRUN: %d\n", ret,
+	       overrun_reported(ctx, pd, rcq, 1, src_mr, dst_mr, iova));
 
 	CHECK(!ibv_destroy_qp(a) && !ibv_destroy_qp(b), "destroy qp");
 	CHECK(!ibv_destroy_cq(ibv_cq_ex_to_cq(scq)) && !ibv_destroy_cq(ibv_cq_ex_to_cq(rcq)), "destroy cq");
