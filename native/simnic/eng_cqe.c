@@ -66,7 +66,7 @@ static void emit(struct sn_engine *eng, struct sn_ecq *cq, struct mlx5_cqe64 *cq
 
     if (!cq || cq->overrun)
         return;
-    if (cq->pi - cq->ci_seen >= cq->cnt) {
+    if (!cq->ignore_overrun && cq->pi - cq->ci_seen >= cq->cnt) {
         cq->ci_seen = read_ci(cq);
         if (cq->pi - cq->ci_seen >= cq->cnt) {
             /* the consumer fell a whole ring behind: hardware reports an overrun and

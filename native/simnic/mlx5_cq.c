@@ -302,13 +302,8 @@ void sn_cq_clean(struct sn_cq *cq, uint32_t uidx, struct sn_srq *srq)
 
 /* ---- extended polling (ibv_create_cq_ex / ibv_start_poll) ------------------------------------- */
 
-struct sn_cq_ex_state {
-    struct ibv_wc wc;
-    uint64_t ts;
-};
-
-static __thread struct sn_cq_ex_state tls_cur;
-
+/* Between start_poll and end_poll the CQ's lock is held and its current completion is in
+ * cq->cur_wc / cur_ts, which the read_* operations return. */
 static int poll_one_ex(struct sn_cq *cq)
 {
     for (;;) {
@@ -317,11 +312,11 @@ static int poll_one_ex(struct sn_cq *cq)
         if (!cqe)
             return ENOENT;
         cq->ci++;
-        if (parse_cqe(cq, cqe, &tls_cur.wc, &tls_cur.ts) == 0)
+        if (parse_cqe(cq, cqe, &cq->cur_wc, &cq->cur_ts) == 0)
             break;
     }
-    cq->ibcq.wr_id = tls_cur.wc.wr_id;
-    cq->ibcq.status = tls_cur.wc.status;
+    cq->ibcq.wr_id = cq->cur_wc.wr_id;
+    cq->ibcq.status = cq->cur_wc.status;
     return 0;
 }
 
@@ -355,19 +350,29 @@ static void end_poll(struct ibv_cq_ex *ibcq)
     pthread_spin_unlock(&cq->lock);
 }
 
-static enum ibv_wc_opcode read_opcode(struct ibv_cq_ex *c) { return tls_cur.wc.opcode; }
-static uint32_t read_vendor_err(struct ibv_cq_ex *c) { return tls_cur.wc.vendor_err; }
-static uint32_t read_byte_len(struct ibv_cq_ex *c) { return tls_cur.wc.byte_len; }
-static __be32 read_imm_data(struct ibv_cq_ex *c) { return tls_cur.wc.imm_data; }
-static uint32_t read_qp_num(struct ibv_cq_ex *c) { return tls_cur.wc.qp_num; }
-static uint32_t read_src_qp(struct ibv_cq_ex *c) { return tls_cur.wc.src_qp; }
-static unsigned read_wc_flags(struct ibv_cq_ex *c) { return tls_cur.wc.wc_flags; }
-static uint32_t read_slid(struct ibv_cq_ex *c) { return tls_cur.wc.slid; }
-static uint8_t read_sl(struct ibv_cq_ex *c) { return tls_cur.wc.sl; }
-static uint8_t read_dlid_path_bits(struct ibv_cq_ex *c) { return tls_cur.wc.dlid_path_bits; }
-static uint64_t read_completion_ts(struct ibv_cq_ex *c) { return tls_cur.ts; }
-static uint64_t read_completion_wallclock_ns(struct ibv_cq_ex *c) { return tls_cur.ts; }
-static uint16_t read_cvlan(struct ibv_cq_ex *c) { return 0; }
+#define CUR(c) (((struct sn_cq *)(c))->cur_wc)
+static enum ibv_wc_opcode read_opcode(struct ibv_cq_ex *c) { return CUR(c).opcode; }
+static uint32_t read_vendor_err(struct ibv_cq_ex *c) { return CUR(c).vendor_err; }
+static uint32_t read_byte_len(struct ibv_cq_ex *c) { return CUR(c).byte_len; }
+static __be32 read_imm_data(struct ibv_cq_ex *c) { return CUR(c).imm_data; }
+static uint32_t read_qp_num(struct ibv_cq_ex *c) { return CUR(c).qp_num; }
+static uint32_t read_src_qp(struct ibv_cq_ex *c) { return CUR(c).src_qp; }
+static unsigned read_wc_flags(struct ibv_cq_ex *c) { return CUR(c).wc_flags; }
+static uint32_t read_slid(struct ibv_cq_ex *c) { return CUR(c).slid; }
+static uint8_t read_sl(struct ibv_cq_ex *c) { return CUR(c).sl; }
+static uint8_t read_dlid_path_bits(struct ibv_cq_ex *c) { return CUR(c).dlid_path_bits; }
+static uint64_t read_completion_ts(struct ibv_cq_ex *c) { return ((struct sn_cq *)c)->cur_ts; }
+/* CQE timestamps count CLOCK_MONOTONIC nanoseconds; the wall-clock form is real time */
+static uint64_t read_completion_wallclock_ns(struct ibv_cq_ex *c)
+{
+    struct timespec rt;
+
+    clock_gettime(CLOCK_REALTIME, &rt);
+    return ((struct sn_cq *)c)->cur_ts + (uint64_t)rt.tv_sec * 1000000000ull +
+           (uint64_t)rt.tv_nsec - sn_now_ns();
+}
+#undef CUR
+static uint16_t read_cvlan(struct ibv_cq_ex *c) { return 0; }       /* InfiniBand: no VLAN */
 static uint32_t read_flow_tag(struct ibv_cq_ex *c) { return 0; }
 static void read_tm_info(struct ibv_cq_ex *c, struct ibv_wc_tm_info *tm) { memset(tm, 0, sizeof(*tm)); }
 
@@ -426,6 +431,7 @@ static struct sn_cq *cq_create(struct ibv_context *c, int cqe, void *cq_context,
     cq->e.cnt = cnt;
     cq->e.log_cnt = (uint32_t)__builtin_ctz(cnt);
     cq->e.dbrec = cq->dbrec;
+    cq->e.ignore_overrun = !!(flags & IBV_CREATE_CQ_ATTR_IGNORE_OVERRUN);
     cq->e.ev_obj = &cq->ibcq;
     cq->e.comp_fd = ibch ? ((struct sn_channel *)ibch)->wfd : -1;
     cq->e.async_fd = ctx->async_pipe[1];
@@ -456,14 +462,26 @@ struct ibv_cq_ex *sn_create_cq_ex(struct ibv_context *c, struct ibv_cq_init_attr
 {
     struct sn_cq *cq;
 
-    if (attr->comp_mask & ~(uint32_t)(IBV_CQ_INIT_ATTR_MASK_FLAGS) ||
-        attr->wc_flags & ~(uint64_t)(IBV_WC_STANDARD_FLAGS | IBV_WC_EX_WITH_COMPLETION_TIMESTAMP |
-                                      IBV_WC_EX_WITH_COMPLETION_TIMESTAMP_WALLCLOCK)) {
+    /* rdma-core's mlx5 checks, in its order and with its errors.  A parent domain
+     * (IBV_CQ_INIT_ATTR_MASK_PD) is not emulated: given one, the PD is an ordinary one,
+     * which mlx5 refuses with EINVAL. */
+    const uint64_t wc_ok = IBV_WC_STANDARD_FLAGS | IBV_WC_EX_WITH_COMPLETION_TIMESTAMP |
+                           IBV_WC_EX_WITH_CVLAN | IBV_WC_EX_WITH_FLOW_TAG | IBV_WC_EX_WITH_TM_INFO |
+                           IBV_WC_EX_WITH_COMPLETION_TIMESTAMP_WALLCLOCK;
+    const uint32_t flags_ok = IBV_CREATE_CQ_ATTR_SINGLE_THREADED | IBV_CREATE_CQ_ATTR_IGNORE_OVERRUN;
+
+    if (!attr->cqe || (attr->comp_mask & ~(uint32_t)IBV_CQ_INIT_ATTR_MASK_FLAGS) ||
+        ((attr->comp_mask & IBV_CQ_INIT_ATTR_MASK_FLAGS) && (attr->flags & ~flags_ok))) {
+        errno = EINVAL;
+        return NULL;
+    }
+    if (attr->wc_flags & ~wc_ok) {
         errno = EOPNOTSUPP;
         return NULL;
     }
     cq = cq_create(c, (int)attr->cqe, attr->cq_context, attr->channel, attr->comp_vector,
-                   attr->wc_flags, attr->flags);
+                   attr->wc_flags,
+                   (attr->comp_mask & IBV_CQ_INIT_ATTR_MASK_FLAGS) ? attr->flags : 0);
     if (!cq)
         return NULL;
     cq->ibcq.start_poll = start_poll;

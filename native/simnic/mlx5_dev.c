@@ -395,10 +395,12 @@ static int query_device_ex(struct ibv_context *ctx, const struct ibv_query_devic
 {
     struct ibv_device_attr_ex a;
 
-    if (in && in->comp_mask)
+    if ((in && in->comp_mask) || size < sizeof(a.orig_attr))
         return EINVAL;
     memset(&a, 0, sizeof(a));
     fill_device_attr(to_sctx(ctx)->dev, &a.orig_attr);
+    /* the kernel reports all 64 bits; the low 32 are the legacy flags */
+    a.device_cap_flags_ex = a.orig_attr.device_cap_flags;
     a.completion_timestamp_mask = 0x7fffffffffffffffull;
     a.hca_core_clock = 1000000;     /* kHz: completion timestamps count nanoseconds */
     a.max_dm_size = 0;
@@ -406,8 +408,28 @@ static int query_device_ex(struct ibv_context *ctx, const struct ibv_query_devic
     a.pci_atomic_caps.swap = IBV_PCI_ATOMIC_OPERATION_8_BYTE_SIZE_SUP;
     a.pci_atomic_caps.compare_swap = IBV_PCI_ATOMIC_OPERATION_8_BYTE_SIZE_SUP;
     a.phys_port_cnt_ex = 1;
+    if (size > sizeof(a))   /* a newer rdma-core's struct: what this device does not know is 0 */
+        memset(attr, 0, size);
     memcpy(attr, &a, size < sizeof(a) ? size : sizeof(a));
     return 0;
+}
+
+/* Hands A to a caller whose struct ibv_port_attr is LEN bytes, as rdma-core's libibverbs does:
+ * a shorter (older) struct gets its prefix; a longer one (a program built against a newer
+ * rdma-core) is zeroed first.  rdma-core 47 and later have `uint32_t active_speed_ex` at byte
+ * 52 (the kernel reports the speed there too; NDR fits in active_speed as well). */
+#define PORT_ATTR_SPEED_EX_OFF 52
+
+static void sn_port_attr_copy(struct ibv_port_attr *attr, size_t len, const struct ibv_port_attr *a)
+{
+    if (len > sizeof(*a))
+        memset(attr, 0, len);
+    memcpy(attr, a, len < sizeof(*a) ? len : sizeof(*a));
+    if (len >= PORT_ATTR_SPEED_EX_OFF + sizeof(uint32_t)) {
+        uint32_t speed_ex = a->active_speed;
+
+        memcpy((char *)attr + PORT_ATTR_SPEED_EX_OFF, &speed_ex, sizeof(speed_ex));
+    }
 }
 
 int sn_query_port(struct ibv_context *ctx, uint8_t port, struct ibv_port_attr *attr, size_t len)
@@ -438,7 +460,7 @@ int sn_query_port(struct ibv_context *ctx, uint8_t port, struct ibv_port_attr *a
     a.phys_state = 5;       /* LinkUp */
     a.link_layer = IBV_LINK_LAYER_INFINIBAND;
     a.port_cap_flags2 = IBV_PORT_LINK_SPEED_NDR_SUP;
-    memcpy(attr, &a, len < sizeof(a) ? len : sizeof(a));
+    sn_port_attr_copy(attr, len, &a);
     return 0;
 }
 
@@ -599,8 +621,7 @@ static int compat_query_device(struct ibv_context *ctx, struct ibv_device_attr *
 
 static int compat_query_port(struct ibv_context *ctx, uint8_t port, struct _compat_ibv_port_attr *attr)
 {
-    return sn_query_port(ctx, port, (struct ibv_port_attr *)attr,
-                         offsetof(struct ibv_port_attr, flags));
+    return sn_query_port(ctx, port, (struct ibv_port_attr *)attr, SN_COMPAT_PORT_ATTR_LEN);
 }
 
 struct ibv_context *sn_open_device(struct ibv_device *ibdev)

@@ -41,6 +41,7 @@ struct ibv_mr *sn_reg_mr(struct ibv_pd *ibpd, void *addr, size_t len, uint64_t i
 {
     struct sn_pd *pd = (struct sn_pd *)ibpd;
     struct sn_context *ctx = to_sctx(ibpd->context);
+    struct sn_mem mem;
     struct sn_mr *mr;
     int err;
 
@@ -55,7 +56,15 @@ struct ibv_mr *sn_reg_mr(struct ibv_pd *ibpd, void *addr, size_t len, uint64_t i
         errno = EOPNOTSUPP;
         return NULL;
     }
-    if (!addr && len) {
+    /* uverbs: the I/O virtual address keeps the buffer's offset in its page */
+    if (!(access & IBV_ACCESS_ZERO_BASED) && ((iova ^ (uintptr_t)addr) & (SN_PAGE - 1))) {
+        errno = EINVAL;
+        return NULL;
+    }
+    sn_mem_classify(addr, &mem);
+    /* device memory is reached through the CUDA driver (as the peer-memory client lets the
+     * kernel pin it); host memory must be pinnable */
+    if ((!addr && len) || (!mem.gpu && !sn_range_pinnable(addr, len, access))) {
         errno = EFAULT;
         return NULL;
     }
@@ -70,7 +79,7 @@ struct ibv_mr *sn_reg_mr(struct ibv_pd *ibpd, void *addr, size_t len, uint64_t i
     mr->len = len;
     mr->iova = (access & IBV_ACCESS_ZERO_BASED) ? 0 : iova;
     mr->access = access;
-    sn_mem_classify(addr, &mr->mem);
+    mr->mem = mem;
     mr->ibmr.context = ibpd->context;
     mr->ibmr.pd = ibpd;
     mr->ibmr.addr = addr;
@@ -104,6 +113,19 @@ int sn_rereg_mr(struct ibv_mr *ibmr, int flags, struct ibv_pd *ibpd, void *addr,
         return IBV_REREG_MR_ERR_INPUT;
     if ((flags & IBV_REREG_MR_CHANGE_TRANSLATION) && !addr && len)
         return IBV_REREG_MR_ERR_INPUT;
+    if (flags & (IBV_REREG_MR_CHANGE_TRANSLATION | IBV_REREG_MR_CHANGE_ACCESS)) {
+        /* the kernel pins the new range (or the old one for the new access) again */
+        void *a = (flags & IBV_REREG_MR_CHANGE_TRANSLATION) ? addr : mr->addr;
+        size_t l = (flags & IBV_REREG_MR_CHANGE_TRANSLATION) ? len : mr->len;
+        unsigned acc = (flags & IBV_REREG_MR_CHANGE_ACCESS) ? (unsigned)access : mr->access;
+        struct sn_mem mem;
+
+        sn_mem_classify(a, &mem);
+        if (!mem.gpu && !sn_range_pinnable(a, l, acc)) {
+            errno = EFAULT;
+            return IBV_REREG_MR_ERR_CMD;
+        }
+    }
     pthread_mutex_lock(&ctx->eng->lock);
     if (flags & IBV_REREG_MR_CHANGE_PD) {
         struct sn_pd *npd = (struct sn_pd *)ibpd;

@@ -98,11 +98,8 @@ struct sn_cq {
     atomic_int refs;                /* QPs using it */
     uint32_t flags;
     uint64_t wc_flags;
-    struct mlx5_cqe64 *cur;         /* extended polling: the current CQE */
-    struct sn_qp *cur_qp;
-    uint32_t cur_byte_len;
-    uint8_t cur_opcode;
-    uint32_t cur_vendor_err;
+    struct ibv_wc cur_wc;           /* extended polling: the current completion, per CQ (a */
+    uint64_t cur_ts;                /* thread may poll several CQs interleaved) */
 };
 
 struct sn_srq {

@@ -111,6 +111,7 @@ struct sn_ecq {
     uint32_t arm_word;              /* last arm word seen */
     uint8_t armed;                  /* 1: next CQE, 2: next solicited CQE */
     uint8_t overrun;
+    uint8_t ignore_overrun;         /* created so: CQEs are written whatever the consumer index */
     /* events, as the owner set them up (a DevX CQ has none: ev_obj NULL) */
     void *ev_obj;                   /* the struct ibv_cq named in its events */
     int comp_fd;                    /* write end of its completion channel, or -1 */

@@ -13,6 +13,10 @@
 
 #define SN_PROVIDER_ABI 3
 
+/* rdma-core's struct _compat_ibv_port_attr, what the exported ibv_query_port@IBVERBS_1.1
+ * fills: struct ibv_port_attr up to and including `flags` (48 bytes). */
+#define SN_COMPAT_PORT_ATTR_LEN (offsetof(struct ibv_port_attr, flags) + 1)
+
 struct sn_provider_ops {
     unsigned abi;
     const char *name;

@@ -26,6 +26,9 @@ struct ibv_mw *sn_alloc_mw(struct ibv_pd *pd, enum ibv_mw_type type);
 int sn_bind_mw(struct ibv_qp *qp, struct ibv_mw *mw, struct ibv_mw_bind *bind);
 int sn_dealloc_mw(struct ibv_mw *mw);
 
+/* mlx5_pin.c */
+int sn_range_pinnable(const void *addr, size_t len, unsigned access);
+
 /* mlx5_cq.c */
 struct ibv_comp_channel *sn_create_comp_channel(struct ibv_context *ctx);
 int sn_destroy_comp_channel(struct ibv_comp_channel *ch);

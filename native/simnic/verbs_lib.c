@@ -161,8 +161,9 @@ SN_EXPORT int sn_query_device_1_1(struct ibv_context *ctx, struct ibv_device_att
 }
 SN_SYMVER_DEFAULT(sn_query_device_1_1, ibv_query_device, IBVERBS_1.1);
 
-/* The exported ibv_query_port takes the pre-2018 struct layout (verbs.h reaches the provider
- * through verbs_context.query_port instead); fill only the fields that layout had. */
+/* The exported ibv_query_port takes the pre-2018 struct layout, up to and including `flags`
+ * (verbs.h reaches the provider through verbs_context.query_port instead); fill only the
+ * fields that layout had, as rdma-core does. */
 SN_EXPORT int sn_query_port_1_1(struct ibv_context *ctx, uint8_t port, struct ibv_port_attr *attr)
 {
     struct ibv_port_attr full;
@@ -171,7 +172,7 @@ SN_EXPORT int sn_query_port_1_1(struct ibv_context *ctx, uint8_t port, struct ib
     memset(&full, 0, sizeof(full));
     ret = OPS->query_port(ctx, port, &full, sizeof(full));
     if (!ret)
-        memcpy(attr, &full, offsetof(struct ibv_port_attr, flags));
+        memcpy(attr, &full, SN_COMPAT_PORT_ATTR_LEN);
     return ret;
 }
 SN_SYMVER_DEFAULT(sn_query_port_1_1, ibv_query_port, IBVERBS_1.1);
