@@ -13,7 +13,7 @@ from .source import ColdState
 
 
 class SortKey(enum.Enum):
-    DOORBELLS = "doorbells/s"
+    DOORBELLS = "db values/s"
     BYTES = "bytes/s"
     OPS = "ops/s"
     LAG = "lag"

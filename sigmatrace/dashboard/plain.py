@@ -21,7 +21,7 @@ def _m(m: Metric, fmt=units.rate, total_fmt=units.count) -> str:
 
 
 def summary_line(frame: Frame, wall: float | None = None) -> str:
-    """`12:00:01 | pid 42 tracing | doorbells 1.00k/s | ops ...`: the totals, the busiest QP,
+    """`12:00:01 | pid 42 tracing | doorbell values seen 1.00k/s | ops ...`: the totals, the busiest QP,
     GPUs, repeaters and coverage, separated by ` | `."""
     stamp = time.strftime("%H:%M:%S", time.localtime(wall if wall is not None else time.time()))
     parts = [stamp]
@@ -33,7 +33,7 @@ def summary_line(frame: Frame, wall: float | None = None) -> str:
     else:
         parts.append(f"{len(procs)} processes ({sum(p.alive for p in procs)} running)")
     t = frame.totals
-    parts.append(f"doorbells {_m(t.doorbells)}")
+    parts.append(f"doorbell values seen {_m(t.doorbells)}")
     label = "ops" if frame.wqe_counted else "posted"  # without recovered WQEs: posted work only
     if t.ops.gap is None or t.ops.final:
         parts.append(f"{label} {_m(t.ops)} {_m(t.bytes, units.byte_rate, units.nbytes)}")
@@ -46,7 +46,7 @@ def summary_line(frame: Frame, wall: float | None = None) -> str:
     parts.append(f"drops not counted ({d.gap})" if d.gap else f"drops {d.total}")
     if frame.qps:
         top = frame.qps[0]
-        parts.append(f"qps {len(frame.qps)} (top 0x{top.qpn:x}: {_m(top.doorbells)} doorbells, {_m(top.ops)} ops)")
+        parts.append(f"qps {len(frame.qps)} (top 0x{top.qpn:x}: {_m(top.doorbells)} doorbell values, {_m(top.ops)} ops)")
     else:
         parts.append("qps 0")
     if frame.gpus:

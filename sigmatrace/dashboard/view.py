@@ -194,7 +194,7 @@ def _cell(m: Metric, fmt=units.rate) -> Text:
 
 def _totals_line(frame: Frame, width: int) -> Text:
     t = frame.totals
-    segs: list = [("total    ", "bold"), "doorbells "]
+    segs: list = [("total    ", "bold"), "doorbell values seen "]
     segs.append(_seg(t.doorbells))
     # Without recovered WQEs the count is of posted work requests only: say so (work a GPU
     # builds is not in it).
@@ -323,7 +323,7 @@ def _qp_table(frame: Frame, width: int, room: int) -> RenderableType:
     fixed = 8 + 10 + 12 + 11 + 11 + 11 + (8 if multi else 0) + (16 if show_peer else 0) + 8
     spark_w = min(60, width - fixed - 1)
     t = _table()
-    arrow = {SortKey.DOORBELLS: "doorbells/s", SortKey.OPS: "ops/s", SortKey.BYTES: "bytes/s", SortKey.LAG: "lag", SortKey.QPN: "QP"}
+    arrow = {SortKey.DOORBELLS: "db values/s", SortKey.OPS: "ops/s", SortKey.BYTES: "bytes/s", SortKey.LAG: "lag", SortKey.QPN: "QP"}
     sorted_col = arrow[frame.sort]
 
     def head(name: str) -> str:
@@ -335,7 +335,7 @@ def _qp_table(frame: Frame, width: int, room: int) -> RenderableType:
     t.add_column("kind", width=10, no_wrap=True, overflow="ellipsis")
     if show_peer:
         t.add_column("peer", width=15, no_wrap=True, overflow="ellipsis")
-    t.add_column(head("doorbells/s"), width=12, justify="right", no_wrap=True)
+    t.add_column(head("db values/s"), width=12, justify="right", no_wrap=True)
     if spark_w >= SPARK_MIN:
         t.add_column("last 60s", width=spark_w, no_wrap=True)
     t.add_column(head("ops/s"), width=11, justify="right", no_wrap=True)
@@ -381,7 +381,7 @@ def _gpu_table(frame: Frame, width: int, room: int) -> RenderableType:
     t = _table()
     t.add_column("GPU", width=12 if multi else 6, no_wrap=True)
     t.add_column("QPs", width=4, justify="right", no_wrap=True)
-    t.add_column("doorbells/s", width=11, justify="right", no_wrap=True)
+    t.add_column("db values/s", width=11, justify="right", no_wrap=True)
     spark_w = min(60, width - (12 if multi else 6) - 4 - 11 - 10 - 10 - 6)
     if spark_w >= SPARK_MIN:
         t.add_column("last 60s", width=spark_w, no_wrap=True)
@@ -443,7 +443,7 @@ def _repeater_table(frame: Frame, width: int, room: int) -> RenderableType:
     t.add_column("state", width=11, no_wrap=True)
     t.add_column("cpu", width=4, justify="right", no_wrap=True)
     t.add_column("QPs", width=4, justify="right", no_wrap=True)
-    t.add_column("doorbells/s", width=11, justify="right", no_wrap=True)
+    t.add_column("db values/s", width=11, justify="right", no_wrap=True)
     t.add_column("forwarded/s", width=11, justify="right", no_wrap=True)
     t.add_column("backoffs/s", width=10, justify="right", no_wrap=True)
     t.add_column("sleeps/s", width=9, justify="right", no_wrap=True)

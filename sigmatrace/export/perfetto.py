@@ -192,7 +192,7 @@ class PerfettoOutput(Output):
         u = self.uuid(K_GPU, p.index, gpu + 1)
         if u not in self.described:
             td = pb.TrackDescriptor(uuid=u, parent_uuid=self.uuid(K_PROC, p.index))
-            td.name = f"GPU {physical_gpu(p.pt.meta.get('env') or {}, gpu)}" if gpu >= 0 else "doorbells"
+            td.name = f"GPU {physical_gpu(p.pt.meta.get('env') or {}, gpu)}" if gpu >= 0 else "doorbell values seen"
             self._descriptor(td)
         return u
 
@@ -387,7 +387,7 @@ class PerfettoOutput(Output):
             parent = self._describe_gpu(p, gpu) if gpu >= 0 or metric == M_DOORBELLS else self.uuid(K_PROC, proc)
             u = self.uuid(K_COUNTER, proc, ((gpu + 1) << 4) | metric)
             td = pb.TrackDescriptor(uuid=u, parent_uuid=parent)
-            td.name = "doorbells/s" if metric == M_DOORBELLS else ("bytes/s" if gpu >= 0 else "posted bytes/s")
+            td.name = "doorbell values seen/s" if metric == M_DOORBELLS else ("bytes/s" if gpu >= 0 else "posted bytes/s")
             td.counter.unit_name = "1/s" if metric == M_DOORBELLS else "B/s"
             self._descriptor(td)
             # one value per change: the first bin, every bin that differs from the one before, and a

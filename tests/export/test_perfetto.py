@@ -178,7 +178,7 @@ def test_counters_integrate_to_the_totals(exported):
         total = sum(v * (pts[i + 1][0] - ts) / 1e9 for i, (ts, v) in enumerate(pts[:-1]))
         totals[(pt.process_of(u)[:6], pt.tracks[pt.tracks[u].parent_uuid].name, pt.tracks[u].name)] = round(total, 3)
     e = t.expected
-    assert sum(v for k, v in totals.items() if k[2] == "doorbells/s") == sum(e.doorbells.values())
+    assert sum(v for k, v in totals.items() if k[2] == "doorbell values seen/s") == sum(e.doorbells.values())
     assert sum(v for k, v in totals.items() if k[2] == "bytes/s") == sum(e.gpu_bytes.values())
     assert sum(v for k, v in totals.items() if k[2] == "posted bytes/s") == 100 * 4096 + 12 * 65536
 

@@ -35,7 +35,7 @@ def test_plain_lines_without_a_terminal_end_with_exact_totals(generator):
     assert len(lines) >= 3, lines  # one per second, and it ends when the generator exits
     assert all("\x1b" not in ln for ln in lines)  # plain text, no terminal codes
     # while running: the total doorbell rate is the generator's 2500/s
-    running = [ln for ln in lines if " tracing " in ln and "doorbells" in ln]
+    running = [ln for ln in lines if " tracing " in ln and "doorbell values seen" in ln]
     assert running
     shown = sorted(rates_in(ln.split(" | ")[2])[0] for ln in running)
     assert abs(shown[len(shown) // 2] - 2500) <= 250, running
@@ -43,7 +43,7 @@ def test_plain_lines_without_a_terminal_end_with_exact_totals(generator):
     last = lines[-1]
     assert f"pid {gen.pid} exited" in last
     doorbells = sum(final["totals"]["doorbells"])
-    assert f"doorbells {units.si(doorbells)} total (exited)" in last
+    assert f"doorbell values seen {units.si(doorbells)} total (exited)" in last
     ops = sum(final["totals"]["ops"]) + doorbells  # posted work requests + WQEs recovered
     assert f"ops {units.si(ops)} total (exited)" in last
 

@@ -122,7 +122,7 @@ def test_top_pid_on_the_running_demo_says_what_it_cannot_see(tmux, running_examp
         lines = screen.splitlines()
         assert "attached: doorbell pages mapped before are not watched" in screen
         total = row(lines, "total")
-        assert "doorbells not watched" in total and "lag not watched" in total
+        assert "doorbell values seen not watched" in total and "lag not watched" in total
         assert "no repeater: doorbells not watched" in screen
         assert "no GPU-initiated QP: not watched" in screen
         # the only numbers on the totals line are the posted work requests, which the hooks

@@ -126,7 +126,7 @@ def test_no_rdma_libraries_says_so_without_false_zeros(tmux, generator):
     assert "verbs waiting: libibverbs not loaded" in screen
     assert "✗ no hooks installed" in screen and "✗ no records yet" in screen
     assert "no QP seen: work requests not hooked, doorbells not hooked" in screen
-    assert "doorbells not hooked" in row(screen.splitlines(), "total")
+    assert "doorbell values seen not hooked" in row(screen.splitlines(), "total")
     assert rates_in(screen) == [], "a rate is shown for something not watched"
 
 
