@@ -162,6 +162,22 @@ void sn_cqe_resp(struct sn_engine *eng, struct sn_eqp *q, uint8_t op, uint32_t b
     emit(eng, q->rcq, &c, op, 0);
 }
 
+void sn_cqe_resp_ud(struct sn_engine *eng, struct sn_eqp *q, uint8_t op, uint32_t byte_cnt,
+                    uint32_t imm, uint16_t wqe_counter, uint16_t slid, uint32_t src_qpn, int grh)
+{
+    struct mlx5_cqe64 c;
+
+    cqe_template(&c, eng, q);
+    c.wqe_counter = htobe16(wqe_counter);
+    c.byte_cnt = htobe32(byte_cnt);
+    c.imm_inval_pkey = imm;         /* without an immediate: P_Key index 0 */
+    c.sop_drop_qpn = htobe32(q->qpn & 0xffffff);
+    /* flags_rqpn: bits 29:28 say a GRH came (1: IB GRH), 27:24 the SL (0) */
+    c.flags_rqpn = htobe32((grh ? 1u << 28 : 0) | (src_qpn & 0xffffff));
+    c.slid = htobe16(slid);
+    emit(eng, q->rcq, &c, op, 0);
+}
+
 /* An arm request (doorbell record word sn<<28 | cmd | ci): fires at once when there are
  * completions past the consumer index it names, as the hardware does. */
 void sn_ecq_arm(struct sn_engine *eng, struct sn_ecq *cq, uint32_t word)
