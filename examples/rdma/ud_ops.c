@@ -1,0 +1,358 @@
+/* UD datagrams between two processes: through ibv_post_send, through ibv_wr_*, and through
+ * mlx5 WQEs written directly into the send queue (as UCX's ud_mlx5 does), each delivery
+ * verified by the receiver.
+ *
+ *   ud_ops [-p PORT]            server: posts receives, checks every completion and buffer
+ *   ud_ops [-p PORT] HOST       client: sends the datagrams below, then the error cases
+ *
+ * Every receive buffer gets the 40-byte GRH area first and the data after it; the server
+ * checks byte_len (40 + length), src_qp, slid, IBV_WC_GRH and the GRH itself when the sender
+ * asked for a global route, the immediate, and every byte.  Datagrams the wire drops (wrong
+ * Q_Key, larger than the MTU) complete at the sender and never reach a receive.  Then a
+ * receive too small for its datagram completes with IBV_WC_LOC_LEN_ERR and moves the QP to
+ * the error state, and an RDMA WRITE on a UD QP completes with IBV_WC_LOC_QP_OP_ERR.
+ * Exit status 0 only when everything matched.
+ */
+#include <stdatomic.h>
+
+#include <infiniband/mlx5dv.h>
+
+#include "common.h"
+
+#define QKEY 0x11111111u
+#define GRH 40
+#define BUF (GRH + 4096)
+#define NRECV 8
+#define TINY 16                 /* the last receive: too small for what comes */
+
+/* What the client sends, in order; the server expects the ones not dropped. */
+enum path { VERBS, VERBS_GRH, VERBS_INLINE, WR_API, DIRECT_COMPACT, DIRECT_GRH };
+static const struct datagram {
+	enum path path;
+	uint32_t len;
+	uint32_t imm;           /* 0: a plain SEND */
+	uint32_t qkey;
+	int dropped;
+} plan[] = {
+	{VERBS, 1, 0, QKEY, 0},
+	{VERBS, 4096, 0x1234, QKEY, 0},
+	{VERBS_GRH, 100, 0, QKEY, 0},
+	{VERBS, 64, 0, QKEY + 1, 1},        /* another Q_Key: dropped */
+	{VERBS, 4097, 0, QKEY, 1},          /* larger than the MTU: dropped */
+	{VERBS_INLINE, 32, 0, QKEY, 0},
+	{WR_API, 300, 0x77, QKEY, 0},
+	{DIRECT_COMPACT, 2000, 0xabcd, QKEY, 0},
+	{DIRECT_GRH, 512, 0, QKEY, 0},
+};
+#define NPLAN (sizeof(plan) / sizeof(plan[0]))
+
+static struct ibv_context *ctx;
+static struct ibv_pd *pd;
+static struct ibv_cq *cq;
+static uint8_t *buf;
+static struct ibv_mr *mr;
+
+static uint8_t pattern(uint32_t i, uint32_t off)
+{
+	return (uint8_t)(i * 37 + off * 13 + 5);
+}
+
+static struct ibv_qp *ud_qp(int send_ops)
+{
+	struct ibv_qp_init_attr_ex ia = {
+		.cap = {.max_send_wr = 64, .max_recv_wr = 64, .max_send_sge = 1, .max_recv_sge = 1,
+			.max_inline_data = 32},
+		.qp_type = IBV_QPT_UD,
+		.send_cq = cq,
+		.recv_cq = cq,
+		.comp_mask = IBV_QP_INIT_ATTR_PD,
+		.pd = pd,
+	};
+	struct ibv_qp_attr a = {.qp_state = IBV_QPS_INIT, .port_num = 1, .qkey = QKEY};
+	struct ibv_qp *qp;
+
+	if (send_ops) {
+		ia.comp_mask |= IBV_QP_INIT_ATTR_SEND_OPS_FLAGS;
+		ia.send_ops_flags = IBV_QP_EX_WITH_SEND | IBV_QP_EX_WITH_SEND_WITH_IMM;
+	}
+	qp = ibv_create_qp_ex(ctx, &ia);
+	CHECK(qp, "ibv_create_qp_ex(UD): %s", strerror(errno));
+	CHECK(ia.cap.max_inline_data >= 32, "max_inline_data %u", ia.cap.max_inline_data);
+	CHECK(ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT) == EINVAL,
+	      "INIT without a Q_Key accepted");
+	CHECK(!ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_QKEY),
+	      "UD to INIT");
+	a.qp_state = IBV_QPS_RTR;
+	CHECK(ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_AV) == EINVAL, "UD RTR with an AV accepted");
+	CHECK(!ibv_modify_qp(qp, &a, IBV_QP_STATE), "UD to RTR");
+	a.qp_state = IBV_QPS_RTS;
+	a.sq_psn = 0;
+	CHECK(!ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_SQ_PSN), "UD to RTS");
+	return qp;
+}
+
+static enum ibv_qp_state qp_state(struct ibv_qp *qp)
+{
+	struct ibv_qp_attr a;
+	struct ibv_qp_init_attr ia;
+
+	CHECK(!ibv_query_qp(qp, &a, IBV_QP_STATE | IBV_QP_QKEY, &ia), "ibv_query_qp");
+	CHECK(a.qkey == QKEY, "qkey %#x", a.qkey);
+	return a.qp_state;
+}
+
+static void setup(void)
+{
+	ctx = open_first_device();
+	pd = ibv_alloc_pd(ctx);
+	cq = ibv_create_cq(ctx, 256, NULL, NULL, 0);
+	buf = calloc(NRECV + 1, BUF);
+	CHECK(pd && cq && buf, "pd/cq: %s", strerror(errno));
+	mr = ibv_reg_mr(pd, buf, (size_t)(NRECV + 1) * BUF, IBV_ACCESS_LOCAL_WRITE);
+	CHECK(mr, "ibv_reg_mr: %s", strerror(errno));
+}
+
+/* The client sends from three QPs: verbs posting (qpn), ibv_wr_* (rkey field), direct WQEs
+ * (addr field). */
+static uint32_t src_qpn(const struct peer_info *client, enum path path)
+{
+	if (path == WR_API)
+		return client->rkey;
+	if (path == DIRECT_COMPACT || path == DIRECT_GRH)
+		return (uint32_t)client->addr;
+	return client->qpn;
+}
+
+/* ---- server ------------------------------------------------------------------------------ */
+
+static int server(int fd)
+{
+	struct ibv_qp *qp = ud_qp(0);
+	struct peer_info me = {0}, peer;
+	union ibv_gid mygid;
+	struct ibv_wc wc[NRECV + 1];
+	uint32_t i, n = 0, delivered = 0;
+
+	fill_local_info(ctx, qp, &me);
+	memcpy(mygid.raw, me.gid, 16);
+	for (i = 0; i < NRECV; i++) {
+		struct ibv_sge sg = {(uintptr_t)(buf + i * BUF), i + 1 < NRECV ? BUF : TINY, mr->lkey};
+		struct ibv_recv_wr wr = {.wr_id = i, .sg_list = &sg, .num_sge = 1}, *bad;
+
+		memset(buf + i * BUF, 0xee, BUF);
+		CHECK(!ibv_post_recv(qp, &wr, &bad), "ibv_post_recv");
+	}
+	exchange(fd, &me, &peer);
+	/* the datagrams not dropped, then the one for the tiny receive */
+	for (i = 0; i < NPLAN; i++)
+		n += !plan[i].dropped;
+	CHECK(n + 1 == NRECV, "plan and receives disagree");
+	poll_n(cq, wc, NRECV, 30);
+	for (i = 0; i < NPLAN; i++) {
+		const struct datagram *d = &plan[i];
+		const struct ibv_wc *w = &wc[delivered];
+		const uint8_t *p = buf + delivered * BUF;
+		int grh = d->path == VERBS_GRH || d->path == DIRECT_GRH;
+
+		if (d->dropped)
+			continue;
+		CHECK(w->status == IBV_WC_SUCCESS, "datagram %u: %s", i, ibv_wc_status_str(w->status));
+		CHECK(w->wr_id == delivered, "datagram %u in receive %llu", i, (unsigned long long)w->wr_id);
+		CHECK(w->opcode == IBV_WC_RECV, "datagram %u: opcode %d", i, w->opcode);
+		CHECK(w->byte_len == GRH + d->len, "datagram %u: byte_len %u, expected %u", i, w->byte_len,
+		      GRH + d->len);
+		CHECK(w->src_qp == src_qpn(&peer, d->path) && w->slid == peer.lid,
+		      "datagram %u: from %#x LID %u", i, w->src_qp, w->slid);
+		CHECK(!!(w->wc_flags & IBV_WC_GRH) == grh, "datagram %u: wc_flags %#x", i, w->wc_flags);
+		CHECK(!!(w->wc_flags & IBV_WC_WITH_IMM) == !!d->imm, "datagram %u: wc_flags %#x", i, w->wc_flags);
+		if (d->imm)
+			CHECK(ntohl(w->imm_data) == d->imm, "datagram %u: immediate %#x", i, ntohl(w->imm_data));
+		if (grh) {
+			const struct ibv_grh *g = (const void *)p;
+
+			CHECK(g->next_hdr == 0x1b && (ntohl(g->version_tclass_flow) >> 28) == 6,
+			      "datagram %u: GRH next header %#x", i, g->next_hdr);
+			CHECK(!memcmp(g->sgid.raw, peer.gid, 16) && !memcmp(g->dgid.raw, mygid.raw, 16),
+			      "datagram %u: GRH GIDs", i);
+		} else {
+			for (int k = 0; k < GRH; k++)
+				CHECK(p[k] == 0xee, "datagram %u: GRH area written without a GRH", i);
+		}
+		for (uint32_t k = 0; k < d->len; k++)
+			CHECK(p[GRH + k] == pattern(i, k), "datagram %u: byte %u is %#x", i, k, p[GRH + k]);
+		CHECK(p[GRH + d->len] == 0xee || d->len == 4096, "datagram %u: written past its end", i);
+		delivered++;
+	}
+	CHECK(wc[delivered].status == IBV_WC_LOC_LEN_ERR && wc[delivered].wr_id == NRECV - 1,
+	      "tiny receive: %s", ibv_wc_status_str(wc[delivered].status));
+	usleep(20000);
+	CHECK(ibv_poll_cq(cq, 1, wc) == 0, "a completion more: wr_id %llu %s",
+	      (unsigned long long)wc[0].wr_id, ibv_wc_status_str(wc[0].status));
+	CHECK(qp_state(qp) == IBV_QPS_ERR, "QP not in error after the length error");
+	sync_peer(fd);
+	printf("server: %u datagrams verified (GRH, immediates, data), 2 dropped, "
+	       "tiny receive LOC_LEN_ERR, QP in ERR\n", delivered);
+	return 0;
+}
+
+/* ---- client ------------------------------------------------------------------------------ */
+
+static void wait_send(struct ibv_qp *qp, enum ibv_wc_status want, const char *what)
+{
+	struct ibv_wc wc;
+
+	poll_n(cq, &wc, 1, 30);
+	CHECK(wc.status == want && wc.qp_num == qp->qp_num, "%s: %s", what, ibv_wc_status_str(wc.status));
+	CHECK(want != IBV_WC_SUCCESS || wc.opcode == IBV_WC_SEND, "%s: opcode %d", what, wc.opcode);
+}
+
+/* One datagram as a UCX-style program posts it: control segment, the address vector (16
+ * bytes, or the AH's 48-byte one), a data segment; then doorbell record and BlueFlame. */
+static void post_direct(struct ibv_qp *qp, struct mlx5dv_qp *dv, const struct mlx5_wqe_av *av,
+			int compact, uint32_t dqpn, const struct datagram *d, uint8_t *src)
+{
+	static uint32_t pi, bf_off;
+	uint8_t *wqe = (uint8_t *)dv->sq.buf + (size_t)(pi & (dv->sq.wqe_cnt - 1)) * 64;
+	struct mlx5_wqe_ctrl_seg *ctrl = (void *)wqe;
+	struct mlx5_wqe_av *seg = (void *)(wqe + 16);
+	uint32_t avsz = compact ? 16 : 48, ds = (16 + avsz + 16) / 16;
+	struct mlx5_wqe_data_seg *data;
+	uint64_t v;
+
+	memset(wqe, 0, 128);
+	memcpy(seg, av, avsz);
+	seg->key.qkey.qkey = htonl(d->qkey);
+	seg->dqp_dct = htonl(dqpn | (compact ? 0 : MLX5_EXTENDED_UD_AV));
+	data = (void *)(wqe + 16 + avsz);
+	if (compact) {
+		CHECK(!(ntohl(av->dqp_dct) & MLX5_EXTENDED_UD_AV), "a LID AV that is not compact");
+	}
+	data->byte_count = htonl(d->len);
+	data->lkey = htonl(mr->lkey);
+	data->addr = htobe64((uintptr_t)src);
+	ctrl->opmod_idx_opcode = htonl((pi & 0xffff) << 8 | (d->imm ? MLX5_OPCODE_SEND_IMM : MLX5_OPCODE_SEND));
+	ctrl->qpn_ds = htonl(qp->qp_num << 8 | ds);
+	ctrl->fm_ce_se = MLX5_WQE_CTRL_CQ_UPDATE;
+	ctrl->imm = htonl(d->imm);
+	pi += (ds * 16 + 63) / 64;
+	atomic_thread_fence(memory_order_release);
+	dv->dbrec[MLX5_SND_DBR] = htonl(pi & 0xffff);
+	atomic_thread_fence(memory_order_release);
+	memcpy(&v, ctrl, 8);
+	*(volatile uint64_t *)((uint8_t *)dv->bf.reg + bf_off) = v;
+	bf_off ^= dv->bf.size;
+}
+
+static int client(int fd)
+{
+	struct ibv_qp *qp = ud_qp(0), *wrqp = ud_qp(1), *dqp = ud_qp(0);
+	struct peer_info me = {0}, peer;
+	struct ibv_ah_attr lid_attr = {.port_num = 1}, grh_attr = {.port_num = 1, .is_global = 1};
+	struct ibv_ah *lid_ah, *grh_ah;
+	struct mlx5dv_qp dvqp = {0};
+	struct mlx5dv_ah dvlid = {0}, dvgrh = {0};
+	struct mlx5dv_obj obj = {0};
+	uint8_t *src = buf;
+
+	fill_local_info(ctx, qp, &me);
+	me.rkey = wrqp->qp_num;
+	me.addr = dqp->qp_num;
+	exchange(fd, &me, &peer);
+	lid_attr.dlid = peer.lid;
+	grh_attr.dlid = peer.lid;
+	grh_attr.grh.hop_limit = 64;
+	memcpy(grh_attr.grh.dgid.raw, peer.gid, 16);
+	lid_ah = ibv_create_ah(pd, &lid_attr);
+	grh_ah = ibv_create_ah(pd, &grh_attr);
+	CHECK(lid_ah && grh_ah, "ibv_create_ah: %s", strerror(errno));
+	obj.qp.in = dqp;
+	obj.qp.out = &dvqp;
+	obj.ah.in = lid_ah;
+	obj.ah.out = &dvlid;
+	CHECK(!mlx5dv_init_obj(&obj, MLX5DV_OBJ_QP | MLX5DV_OBJ_AH), "mlx5dv_init_obj(QP, AH)");
+	obj.ah.in = grh_ah;
+	obj.ah.out = &dvgrh;
+	CHECK(!mlx5dv_init_obj(&obj, MLX5DV_OBJ_AH), "mlx5dv_init_obj(AH)");
+
+	for (uint32_t i = 0; i < NPLAN; i++) {
+		const struct datagram *d = &plan[i];
+		struct ibv_sge sg = {(uintptr_t)src, d->len, mr->lkey};
+		struct ibv_send_wr wr = {.wr_id = i, .sg_list = &sg, .num_sge = 1}, *bad;
+		struct ibv_qp *on = qp;
+
+		for (uint32_t k = 0; k < d->len; k++)
+			src[k] = pattern(i, k);
+		wr.opcode = d->imm ? IBV_WR_SEND_WITH_IMM : IBV_WR_SEND;
+		wr.imm_data = htonl(d->imm);
+		wr.send_flags = IBV_SEND_SIGNALED | (d->path == VERBS_INLINE ? IBV_SEND_INLINE : 0);
+		wr.wr.ud.ah = d->path == VERBS_GRH ? grh_ah : lid_ah;
+		wr.wr.ud.remote_qpn = peer.qpn;
+		wr.wr.ud.remote_qkey = d->qkey;
+		switch (d->path) {
+		case WR_API: {
+			struct ibv_qp_ex *x = ibv_qp_to_qp_ex(wrqp);
+
+			on = wrqp;
+			ibv_wr_start(x);
+			x->wr_id = i;
+			x->wr_flags = IBV_SEND_SIGNALED;
+			ibv_wr_send_imm(x, htonl(d->imm));
+			ibv_wr_set_ud_addr(x, lid_ah, peer.qpn, d->qkey);
+			ibv_wr_set_sge(x, mr->lkey, (uintptr_t)src, d->len);
+			CHECK(!ibv_wr_complete(x), "ibv_wr_complete");
+			break;
+		}
+		case DIRECT_COMPACT:
+		case DIRECT_GRH:
+			on = dqp;
+			post_direct(dqp, &dvqp, d->path == DIRECT_GRH ? dvgrh.av : dvlid.av,
+				    d->path == DIRECT_COMPACT, peer.qpn, d, src);
+			break;
+		default:
+			CHECK(!ibv_post_send(qp, &wr, &bad), "ibv_post_send %u", i);
+		}
+		/* the sender's completion is the same whether the wire delivers or drops it */
+		wait_send(on, IBV_WC_SUCCESS, "send");
+	}
+	/* the receiver's last receive holds TINY bytes */
+	{
+		struct ibv_sge sg = {(uintptr_t)src, 64, mr->lkey};
+		struct ibv_send_wr wr = {.wr_id = 99, .sg_list = &sg, .num_sge = 1,
+					 .opcode = IBV_WR_SEND, .send_flags = IBV_SEND_SIGNALED}, *bad;
+
+		wr.wr.ud.ah = lid_ah;
+		wr.wr.ud.remote_qpn = peer.qpn;
+		wr.wr.ud.remote_qkey = QKEY;
+		CHECK(!ibv_post_send(qp, &wr, &bad), "ibv_post_send");
+		wait_send(qp, IBV_WC_SUCCESS, "send into the tiny receive");
+		/* RDMA WRITE has no meaning on UD: the device refuses the WQE */
+		wr.opcode = IBV_WR_RDMA_WRITE;
+		wr.wr_id = 100;
+		wr.wr.ud.ah = lid_ah;
+		CHECK(!ibv_post_send(qp, &wr, &bad), "ibv_post_send(WRITE)");
+		wait_send(qp, IBV_WC_LOC_QP_OP_ERR, "RDMA WRITE on UD");
+		CHECK(qp_state(qp) == IBV_QPS_ERR, "QP not in error after LOC_QP_OP_ERR");
+		wr.wr.ud.ah = NULL;
+		wr.opcode = IBV_WR_SEND;
+		CHECK(ibv_post_send(wrqp, &wr, &bad) == EINVAL, "a UD send without an AH accepted");
+	}
+	sync_peer(fd);
+	CHECK(!ibv_destroy_ah(lid_ah) && !ibv_destroy_ah(grh_ah), "ibv_destroy_ah");
+	printf("client: %zu datagrams sent (verbs, inline, ibv_wr_*, direct WQEs with 16- and "
+	       "48-byte AVs), WRITE on UD LOC_QP_OP_ERR\n", NPLAN + 1);
+	return 0;
+}
+
+int main(int argc, char **argv)
+{
+	int port = 18600, opt, fd;
+	const char *host = NULL;
+
+	while ((opt = getopt(argc, argv, "p:")) != -1)
+		port = atoi(optarg);
+	if (optind < argc)
+		host = argv[optind];
+	setup();
+	fd = tcp_connect_or_accept(host, port);
+	return host ? client(fd) : server(fd);
+}
