@@ -22,11 +22,11 @@
 #define QKEY 0x11111111u
 #define GRH 40
 #define BUF (GRH + 4096)
-#define NRECV 8
+#define NRECV 9
 #define TINY 16                 /* the last receive: too small for what comes */
 
 /* What the client sends, in order; the server expects the ones not dropped. */
-enum path { VERBS, VERBS_GRH, VERBS_INLINE, WR_API, DIRECT_COMPACT, DIRECT_GRH };
+enum path { VERBS, VERBS_GRH, VERBS_INLINE, WR_API, DIRECT_COMPACT, DIRECT_GRH, DIRECT_MIXED };
 static const struct datagram {
 	enum path path;
 	uint32_t len;
@@ -43,6 +43,7 @@ static const struct datagram {
 	{WR_API, 300, 0x77, QKEY, 0},
 	{DIRECT_COMPACT, 2000, 0xabcd, QKEY, 0},
 	{DIRECT_GRH, 512, 0, QKEY, 0},
+	{DIRECT_MIXED, 700, 0, QKEY, 0},    /* a 12-byte header inline, then a data segment */
 };
 #define NPLAN (sizeof(plan) / sizeof(plan[0]))
 
@@ -118,7 +119,7 @@ static uint32_t src_qpn(const struct peer_info *client, enum path path)
 {
 	if (path == WR_API)
 		return client->rkey;
-	if (path == DIRECT_COMPACT || path == DIRECT_GRH)
+	if (path == DIRECT_COMPACT || path == DIRECT_GRH || path == DIRECT_MIXED)
 		return (uint32_t)client->addr;
 	return client->qpn;
 }
@@ -207,29 +208,39 @@ static void wait_send(struct ibv_qp *qp, enum ibv_wc_status want, const char *wh
 }
 
 /* One datagram as a UCX-style program posts it: control segment, the address vector (16
- * bytes, or the AH's 48-byte one), a data segment; then doorbell record and BlueFlame. */
+ * bytes, or the AH's 48-byte one), a data segment (MIXED: a 12-byte header inline first, as
+ * UCX's zero-copy sends do); then doorbell record and BlueFlame. */
 static void post_direct(struct ibv_qp *qp, struct mlx5dv_qp *dv, const struct mlx5_wqe_av *av,
-			int compact, uint32_t dqpn, const struct datagram *d, uint8_t *src)
+			int compact, int mixed, uint32_t dqpn, const struct datagram *d, uint8_t *src)
 {
 	static uint32_t pi, bf_off;
 	uint8_t *wqe = (uint8_t *)dv->sq.buf + (size_t)(pi & (dv->sq.wqe_cnt - 1)) * 64;
 	struct mlx5_wqe_ctrl_seg *ctrl = (void *)wqe;
 	struct mlx5_wqe_av *seg = (void *)(wqe + 16);
-	uint32_t avsz = compact ? 16 : 48, ds = (16 + avsz + 16) / 16;
+	uint32_t avsz = compact ? 16 : 48, hdr = mixed ? 12 : 0;
+	uint32_t ds = (16 + avsz + (mixed ? 16 : 0) + 16) / 16;
 	struct mlx5_wqe_data_seg *data;
+	uint8_t *p = wqe + 16 + avsz;
 	uint64_t v;
 
 	memset(wqe, 0, 128);
 	memcpy(seg, av, avsz);
 	seg->key.qkey.qkey = htonl(d->qkey);
 	seg->dqp_dct = htonl(dqpn | (compact ? 0 : MLX5_EXTENDED_UD_AV));
-	data = (void *)(wqe + 16 + avsz);
 	if (compact) {
 		CHECK(!(ntohl(av->dqp_dct) & MLX5_EXTENDED_UD_AV), "a LID AV that is not compact");
 	}
-	data->byte_count = htonl(d->len);
+	if (mixed) {
+		uint32_t bc = htonl(hdr | MLX5_INLINE_SEG);
+
+		memcpy(p, &bc, 4);
+		memcpy(p + 4, src, hdr);
+		p += 16;
+	}
+	data = (void *)p;
+	data->byte_count = htonl(d->len - hdr);
 	data->lkey = htonl(mr->lkey);
-	data->addr = htobe64((uintptr_t)src);
+	data->addr = htobe64((uintptr_t)(src + hdr));
 	ctrl->opmod_idx_opcode = htonl((pi & 0xffff) << 8 | (d->imm ? MLX5_OPCODE_SEND_IMM : MLX5_OPCODE_SEND));
 	ctrl->qpn_ds = htonl(qp->qp_num << 8 | ds);
 	ctrl->fm_ce_se = MLX5_WQE_CTRL_CQ_UPDATE;
@@ -304,9 +315,10 @@ static int client(int fd)
 		}
 		case DIRECT_COMPACT:
 		case DIRECT_GRH:
+		case DIRECT_MIXED:
 			on = dqp;
 			post_direct(dqp, &dvqp, d->path == DIRECT_GRH ? dvgrh.av : dvlid.av,
-				    d->path == DIRECT_COMPACT, peer.qpn, d, src);
+				    d->path != DIRECT_GRH, d->path == DIRECT_MIXED, peer.qpn, d, src);
 			break;
 		default:
 			CHECK(!ibv_post_send(qp, &wr, &bad), "ibv_post_send %u", i);
@@ -339,7 +351,7 @@ static int client(int fd)
 	sync_peer(fd);
 	CHECK(!ibv_destroy_ah(lid_ah) && !ibv_destroy_ah(grh_ah), "ibv_destroy_ah");
 	printf("client: %zu datagrams sent (verbs, inline, ibv_wr_*, direct WQEs with 16- and "
-	       "48-byte AVs), WRITE on UD LOC_QP_OP_ERR\n", NPLAN + 1);
+	       "48-byte AVs, inline + gather), WRITE on UD LOC_QP_OP_ERR\n", NPLAN + 1);
 	return 0;
 }
 

@@ -206,7 +206,8 @@ static struct sn_swqe *parse_wqe(struct sn_engine *eng, struct sn_eqp *q)
         w->err = MLX5_CQE_SYNDROME_LOCAL_QP_OP_ERR;
         goto out;
     }
-    /* data: gather list or one inline segment */
+    /* data: data segments and at most one inline segment, in any order (UCX puts a header
+     * inline before a gather list); the payload is their concatenation */
     seg = raw + fixed * 16;
     for (i = fixed; i < ds; i++, seg += 16) {
         struct mlx5_wqe_data_seg *d = (void *)seg;
@@ -216,19 +217,23 @@ static struct sn_swqe *parse_wqe(struct sn_engine *eng, struct sn_eqp *q)
             uint32_t n = bc & ~MLX5_INLINE_SEG;
             uint8_t *copy = q->inl_area + (size_t)(w->bb & (q->sq_cnt - 1)) * 64;
 
-            if (w->nsge || n > (ds - i) * 16 - 4) {
+            if (w->inl || n > (ds - i) * 16 - 4) {
                 w->err = MLX5_CQE_SYNDROME_LOCAL_QP_OP_ERR;
                 goto out;
             }
             memcpy(copy, seg + 4, n);
             w->inl = 1;
-            w->nsge = 1;
-            w->sge[0].addr = (uintptr_t)copy;
-            w->sge[0].len = n;
-            w->len = n;
-            break;
+            w->sge[w->nsge].addr = (uintptr_t)copy;
+            w->sge[w->nsge].len = n;
+            w->sge[w->nsge].lkey = SN_INLINE_LKEY;
+            w->len += n;
+            w->nsge++;
+            /* the segment's 16-byte units: the loop adds the last */
+            i += (4 + n + 15) / 16 - 1;
+            seg += ((4 + n + 15) / 16 - 1) * 16;
+            continue;
         }
-        if (w->nsge >= q->max_sge) {
+        if (w->nsge - w->inl >= q->max_sge) {
             w->err = MLX5_CQE_SYNDROME_LOCAL_QP_OP_ERR;
             goto out;
         }
@@ -284,10 +289,6 @@ static int local_ptr(struct sn_engine *eng, struct sn_eqp *q, const struct sn_sg
 static int gather(struct sn_engine *eng, struct sn_eqp *q, const struct sn_swqe *w, uint32_t off,
                   uint8_t *dst, uint32_t len)
 {
-    if (w->inl) {
-        memcpy(dst, (uint8_t *)(uintptr_t)w->sge[0].addr + off, len);
-        return 0;
-    }
     for (uint32_t i = 0; i < w->nsge && len; i++) {
         const struct sn_sge *s = &w->sge[i];
         const struct sn_mem *m;
@@ -298,10 +299,10 @@ static int gather(struct sn_engine *eng, struct sn_eqp *q, const struct sn_swqe 
             off -= s->len;
             continue;
         }
-        if (local_ptr(eng, q, s, &p, &m))
-            return -1;
         n = s->len - off < len ? s->len - off : len;
-        if (sn_mem_read(dst, p + off, n, m))
+        if (s->lkey == SN_INLINE_LKEY)
+            memcpy(dst, (uint8_t *)(uintptr_t)s->addr + off, n);     /* the WQE's copy */
+        else if (local_ptr(eng, q, s, &p, &m) || sn_mem_read(dst, p + off, n, m))
             return -1;
         dst += n;
         len -= n;

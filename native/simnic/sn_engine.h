@@ -134,8 +134,9 @@ struct sn_esrq {
 struct sn_sge {
     uint64_t addr;
     uint32_t len;
-    uint32_t lkey;
+    uint32_t lkey;                  /* SN_INLINE_LKEY: addr is the engine's copy of inline data */
 };
+#define SN_INLINE_LKEY MLX5_INVALID_LKEY    /* never a memory key */
 
 /* A send WQE as read from the SQ once, kept until it completes (retransmission, READ and
  * atomic results need it). */
@@ -146,7 +147,7 @@ struct sn_swqe {
     uint8_t opcode;                 /* MLX5_OPCODE_* */
     uint8_t fm_ce_se;
     uint8_t nsge;
-    uint8_t inl;                    /* payload is inline (sge[0].addr points at the copy) */
+    uint8_t inl;                    /* one of the sges is the WQE's inline data */
     uint8_t err;                    /* local error syndrome found when parsing, 0 if none */
     uint8_t acked;
     uint16_t pad;

@@ -42,10 +42,10 @@ def test_datagrams_through_verbs_wr_api_and_direct_wqes(nic_env):
     assert cli.rc == 0, cli.out + cli.err
     assert srv.rc == 0, srv.out + srv.err
     assert cli.out.splitlines() == [
-        "client: 10 datagrams sent (verbs, inline, ibv_wr_*, direct WQEs with 16- and 48-byte "
-        "AVs), WRITE on UD LOC_QP_OP_ERR",
+        "client: 11 datagrams sent (verbs, inline, ibv_wr_*, direct WQEs with 16- and 48-byte "
+        "AVs, inline + gather), WRITE on UD LOC_QP_OP_ERR",
     ]
     assert srv.out.splitlines() == [
-        "server: 7 datagrams verified (GRH, immediates, data), 2 dropped, tiny receive "
+        "server: 8 datagrams verified (GRH, immediates, data), 2 dropped, tiny receive "
         "LOC_LEN_ERR, QP in ERR",
     ]
