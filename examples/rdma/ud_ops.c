@@ -107,7 +107,7 @@ static void setup(void)
 	ctx = open_first_device();
 	pd = ibv_alloc_pd(ctx);
 	cq = ibv_create_cq(ctx, 256, NULL, NULL, 0);
-	buf = calloc(NRECV + 1, BUF);
+	buf = calloc(NRECV + 1, BUF);   /* the receives, and one buffer more */
 	CHECK(pd && cq && buf, "pd/cq: %s", strerror(errno));
 	mr = ibv_reg_mr(pd, buf, (size_t)(NRECV + 1) * BUF, IBV_ACCESS_LOCAL_WRITE);
 	CHECK(mr, "ibv_reg_mr: %s", strerror(errno));
@@ -122,6 +122,33 @@ static uint32_t src_qpn(const struct peer_info *client, enum path path)
 	if (path == DIRECT_COMPACT || path == DIRECT_GRH || path == DIRECT_MIXED)
 		return (uint32_t)client->addr;
 	return client->qpn;
+}
+
+/* The server answers the GRH datagram through ibv_create_ah_from_wc, from a second QP, to
+ * the client's ibv_wr_* QP. */
+#define REPLY 77
+
+static void reply(struct ibv_wc *wc, struct ibv_grh *grh, const struct peer_info *client)
+{
+	struct ibv_qp *qp2 = ud_qp(0);
+	struct ibv_ah *ah = ibv_create_ah_from_wc(pd, wc, grh, 1);
+	uint8_t *src = buf + NRECV * BUF;
+	struct ibv_sge sg = {(uintptr_t)src, REPLY, mr->lkey};
+	struct ibv_send_wr wr = {.wr_id = 1, .sg_list = &sg, .num_sge = 1, .opcode = IBV_WR_SEND,
+				 .send_flags = IBV_SEND_SIGNALED}, *bad;
+	struct ibv_wc w;
+
+	CHECK(ah, "ibv_create_ah_from_wc: %s", strerror(errno));
+	for (uint32_t k = 0; k < REPLY; k++)
+		src[k] = pattern(REPLY, k);
+	wr.wr.ud.ah = ah;
+	wr.wr.ud.remote_qpn = client->rkey;
+	wr.wr.ud.remote_qkey = QKEY;
+	CHECK(!ibv_post_send(qp2, &wr, &bad), "ibv_post_send(reply)");
+	poll_n(cq, &w, 1, 30);
+	CHECK(w.status == IBV_WC_SUCCESS && w.qp_num == qp2->qp_num, "reply: %s",
+	      ibv_wc_status_str(w.status));
+	CHECK(!ibv_destroy_ah(ah) && !ibv_destroy_qp(qp2), "destroy");
 }
 
 /* ---- server ------------------------------------------------------------------------------ */
@@ -190,9 +217,11 @@ static int server(int fd)
 	CHECK(ibv_poll_cq(cq, 1, wc) == 0, "a completion more: wr_id %llu %s",
 	      (unsigned long long)wc[0].wr_id, ibv_wc_status_str(wc[0].status));
 	CHECK(qp_state(qp) == IBV_QPS_ERR, "QP not in error after the length error");
+	sync_peer(fd);  /* the client has seen all its send completions */
+	reply(&wc[2], (struct ibv_grh *)(buf + 2 * BUF), &peer);
 	sync_peer(fd);
 	printf("server: %u datagrams verified (GRH, immediates, data), 2 dropped, "
-	       "tiny receive LOC_LEN_ERR, QP in ERR\n", delivered);
+	       "tiny receive LOC_LEN_ERR, QP in ERR, replied\n", delivered);
 	return 0;
 }
 
@@ -263,7 +292,13 @@ static int client(int fd)
 	struct mlx5dv_qp dvqp = {0};
 	struct mlx5dv_ah dvlid = {0}, dvgrh = {0};
 	struct mlx5dv_obj obj = {0};
-	uint8_t *src = buf;
+	uint8_t *src = buf, *rbuf = buf + NRECV * BUF;
+	struct ibv_sge rsg = {(uintptr_t)rbuf, BUF, mr->lkey};
+	struct ibv_recv_wr rwr = {.wr_id = 1000, .sg_list = &rsg, .num_sge = 1}, *rbad;
+	struct ibv_wc rwc;
+
+	/* the server's answer comes to the ibv_wr_* QP */
+	CHECK(!ibv_post_recv(wrqp, &rwr, &rbad), "ibv_post_recv");
 
 	fill_local_info(ctx, qp, &me);
 	me.rkey = wrqp->qp_num;
@@ -349,9 +384,19 @@ static int client(int fd)
 		CHECK(ibv_post_send(wrqp, &wr, &bad) == EINVAL, "a UD send without an AH accepted");
 	}
 	sync_peer(fd);
+	sync_peer(fd);
+	poll_n(cq, &rwc, 1, 30);
+	CHECK(rwc.status == IBV_WC_SUCCESS && rwc.wr_id == 1000 && rwc.qp_num == wrqp->qp_num,
+	      "reply: %s", ibv_wc_status_str(rwc.status));
+	CHECK(rwc.byte_len == GRH + REPLY && (rwc.wc_flags & IBV_WC_GRH) && rwc.slid == peer.lid,
+	      "reply: byte_len %u wc_flags %#x", rwc.byte_len, rwc.wc_flags);
+	CHECK(!memcmp(((struct ibv_grh *)rbuf)->sgid.raw, peer.gid, 16), "reply: GRH source GID");
+	for (uint32_t k = 0; k < REPLY; k++)
+		CHECK(rbuf[GRH + k] == pattern(REPLY, k), "reply: byte %u", k);
 	CHECK(!ibv_destroy_ah(lid_ah) && !ibv_destroy_ah(grh_ah), "ibv_destroy_ah");
 	printf("client: %zu datagrams sent (verbs, inline, ibv_wr_*, direct WQEs with 16- and "
-	       "48-byte AVs, inline + gather), WRITE on UD LOC_QP_OP_ERR\n", NPLAN + 1);
+	       "48-byte AVs, inline + gather), WRITE on UD LOC_QP_OP_ERR, reply through "
+	       "ibv_create_ah_from_wc received\n", NPLAN + 1);
 	return 0;
 }
 

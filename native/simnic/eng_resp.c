@@ -510,12 +510,14 @@ static int on_duplicate(struct sn_engine *eng, struct sn_eqp *q, const struct sn
 }
 
 /* The 40-byte GRH a UD receive gets in front of the data (IBA 8.3): IPv6-like header with
- * next header 0x1b, the payload length counting the BTH, DETH and ICRC as on the wire. */
+ * next header 0x1b (BTH), the payload length as on the wire. */
 static void build_grh(struct sn_engine *eng, const struct sn_msg *m, uint8_t *g)
 {
     uint32_t vtf = 6u << 28 | (uint32_t)((m->raddr >> 32) & 0xff) << 20 |
                    (uint32_t)(m->raddr & 0xfffff);
-    uint16_t paylen = (uint16_t)(m->total + 12 + 8 + 4 + ((m->opcode == MLX5_OPCODE_SEND_IMM) ? 4 : 0));
+    /* BTH, DETH, the immediate, the payload padded to 4 bytes, ICRC */
+    uint16_t paylen = (uint16_t)(12 + 8 + (m->opcode == MLX5_OPCODE_SEND_IMM ? 4 : 0) +
+                                 ((m->total + 3) & ~3u) + 4);
 
     vtf = htobe32(vtf);
     memcpy(g, &vtf, 4);

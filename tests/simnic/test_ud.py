@@ -43,9 +43,10 @@ def test_datagrams_through_verbs_wr_api_and_direct_wqes(nic_env):
     assert srv.rc == 0, srv.out + srv.err
     assert cli.out.splitlines() == [
         "client: 11 datagrams sent (verbs, inline, ibv_wr_*, direct WQEs with 16- and 48-byte "
-        "AVs, inline + gather), WRITE on UD LOC_QP_OP_ERR",
+        "AVs, inline + gather), WRITE on UD LOC_QP_OP_ERR, reply through ibv_create_ah_from_wc "
+        "received",
     ]
     assert srv.out.splitlines() == [
         "server: 8 datagrams verified (GRH, immediates, data), 2 dropped, tiny receive "
-        "LOC_LEN_ERR, QP in ERR",
+        "LOC_LEN_ERR, QP in ERR, replied",
     ]
