@@ -171,7 +171,6 @@ struct ibv_ah *sn_create_ah(struct ibv_pd *ibpd, struct ibv_ah_attr *attr)
     ah->av.fl_mlid = attr->src_path_bits & 0x7f;
     ah->av.rlid = htobe16(attr->dlid);
     if (attr->is_global) {
-        ah->av.dqp_dct = htobe32(MLX5_EXTENDED_UD_AV);
         ah->av.tclass = attr->grh.traffic_class;
         ah->av.hop_limit = attr->grh.hop_limit;
         ah->av.grh_gid_fl = htobe32(attr->grh.flow_label | 1u << 30 |
