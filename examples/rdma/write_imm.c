@@ -10,18 +10,23 @@
  * src_qp the client's QP, the receive's wr_id in order, its buffer untouched (the data goes
  * where the client wrote it, and is there when the completion is seen); for every
  * SEND_WITH_IMM IBV_WC_RECV with the immediate, byte_len 16 and the bytes in the buffer.
+ * Last, the server arms its CQ for solicited completions only: a SEND_WITH_IMM without
+ * IBV_SEND_SOLICITED raises no completion event, the next one with it does.
  * Exit status 0 only when everything matched.
  */
+#include <poll.h>
+
 #include "common.h"
 
 #define REGION (2u << 20)
 #define RBUF 64
 static const uint32_t sizes[] = {0, 1, 64, 4096, 65536, 1048589};
 #define NSIZES (sizeof(sizes) / sizeof(sizes[0]))
-#define NRECV (2 * NSIZES)
+#define NRECV (2 * NSIZES + 2)     /* a write and a send per size, two solicited-phase sends */
 
 static struct ibv_context *ctx;
 static struct ibv_pd *pd;
+static struct ibv_comp_channel *ch;
 static struct ibv_cq *cq;
 static struct ibv_qp *qp;
 static uint8_t *region, *rbufs;
@@ -51,7 +56,8 @@ static void setup(void)
 
 	ctx = open_first_device();
 	pd = ibv_alloc_pd(ctx);
-	cq = ibv_create_cq(ctx, 256, NULL, NULL, 0);
+	ch = ibv_create_comp_channel(ctx);
+	cq = ch ? ibv_create_cq(ctx, 256, NULL, ch, 0) : NULL;
 	region = calloc(1, REGION);
 	rbufs = malloc(NRECV * RBUF);
 	CHECK(pd && cq && region && rbufs, "setup: %s", strerror(errno));
@@ -62,6 +68,53 @@ static void setup(void)
 	ia.send_cq = ia.recv_cq = cq;
 	qp = ibv_create_qp(pd, &ia);
 	CHECK(qp, "ibv_create_qp: %s", strerror(errno));
+}
+
+/* 1 when the completion channel has an event within MS milliseconds */
+static int event_within(int ms)
+{
+	struct pollfd p = {.fd = ch->fd, .events = POLLIN};
+
+	return poll(&p, 1, ms) == 1;
+}
+
+static void solicited_phase(int fd)
+{
+	struct ibv_cq *ev_cq;
+	struct ibv_wc wc[2];
+	void *ev_ctx;
+
+	CHECK(!ibv_req_notify_cq(cq, 1), "ibv_req_notify_cq(solicited)");
+	sync_peer(fd);          /* the client sends without IBV_SEND_SOLICITED */
+	sync_peer(fd);          /* ... and saw it complete */
+	CHECK(!event_within(50), "an event for an unsolicited send");
+	sync_peer(fd);          /* now a solicited one */
+	CHECK(event_within(10000), "no event for the solicited send");
+	CHECK(!ibv_get_cq_event(ch, &ev_cq, &ev_ctx) && ev_cq == cq, "ibv_get_cq_event");
+	ibv_ack_cq_events(cq, 1);
+	poll_n(cq, wc, 2, 30);
+	for (int i = 0; i < 2; i++)
+		CHECK(wc[i].status == IBV_WC_SUCCESS && wc[i].wr_id == 2 * NSIZES + (uint64_t)i &&
+		      ntohl(wc[i].imm_data) == 0x50u + (uint32_t)i, "solicited phase receive %d", i);
+}
+
+static void solicited_phase_client(int fd)
+{
+	struct ibv_sge sg = {(uintptr_t)region, 8, rmr->lkey};
+	struct ibv_send_wr wr = {.sg_list = &sg, .num_sge = 1, .opcode = IBV_WR_SEND_WITH_IMM}, *bad;
+	struct ibv_wc wc;
+
+	for (int i = 0; i < 2; i++) {
+		sync_peer(fd);
+		wr.wr_id = 100 + (uint64_t)i;
+		wr.imm_data = htonl(0x50u + (uint32_t)i);
+		wr.send_flags = IBV_SEND_SIGNALED | (i ? IBV_SEND_SOLICITED : 0);
+		CHECK(!ibv_post_send(qp, &wr, &bad), "post SEND_WITH_IMM");
+		poll_n(cq, &wc, 1, 30);
+		CHECK(wc.status == IBV_WC_SUCCESS && wc.wr_id == wr.wr_id, "solicited phase send %d", i);
+		if (!i)
+			sync_peer(fd);
+	}
 }
 
 static int server(int fd)
@@ -83,7 +136,7 @@ static int server(int fd)
 		CHECK(!ibv_post_recv(qp, &wr, &bad), "ibv_post_recv");
 	}
 	sync_peer(fd);
-	for (i = 0; i < NRECV; i++) {
+	for (i = 0; i < 2 * NSIZES; i++) {
 		uint32_t k = i / 2;
 		const uint8_t *rb = rbufs + i * RBUF;
 
@@ -112,10 +165,11 @@ static int server(int fd)
 			sync_peer(fd);  /* checked: the client may overwrite the region */
 		}
 	}
+	solicited_phase(fd);
 	sync_peer(fd);
 	printf("server: %zu writes with immediate (0 to %u bytes) and %zu sends with immediate: "
-	       "opcode, immediate, byte_len, src_qp and data verified\n", NSIZES, sizes[NSIZES - 1],
-	       NSIZES);
+	       "opcode, immediate, byte_len, src_qp and data verified; solicited event only for "
+	       "the solicited send\n", NSIZES, sizes[NSIZES - 1], NSIZES);
 	return 0;
 }
 
@@ -157,6 +211,7 @@ static int client(int fd)
 		      "send %u: %s opcode %d", k, ibv_wc_status_str(wc.status), wc.opcode);
 		sync_peer(fd);
 	}
+	solicited_phase_client(fd);
 	sync_peer(fd);
 	printf("client: %zu writes with immediate, %zu sends with immediate completed\n", NSIZES, NSIZES);
 	return 0;

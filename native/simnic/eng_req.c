@@ -506,7 +506,7 @@ static void fill_hdr(struct sn_engine *eng, struct sn_eqp *q, const struct sn_sw
                      struct sn_msg *m, uint8_t type)
 {
     m->type = type;
-    m->flags = 0;
+    m->flags = (w->fm_ce_se & MLX5_WQE_CTRL_SOLICITED) ? SN_SE : 0;
     m->opcode = w->opcode;
     m->syndrome = 0;
     m->len = 0;
@@ -620,7 +620,7 @@ static int tx_ud(struct sn_engine *eng, struct sn_eqp *q, struct sn_swqe *w)
         return 0;
     }
     fill_hdr(eng, q, w, m, SN_MSG_UD);
-    m->flags = SN_FIRST | SN_LAST;
+    m->flags |= SN_FIRST | SN_LAST;
     m->len = w->len;
     m->dst_qpn = w->ud_dqpn;
     m->rkey = w->ud_qkey;
@@ -810,7 +810,7 @@ void sn_flush_qp(struct sn_engine *eng, struct sn_eqp *q)
         posted = be32toh(v) & 0xffff;
         while ((uint16_t)(posted - q->rq_ci)) {
             sn_cqe_resp(eng, q, 0, 0, 0, (uint16_t)q->rq_ci,
-                        MLX5_CQE_SYNDROME_WR_FLUSH_ERR, 0, 0);
+                        MLX5_CQE_SYNDROME_WR_FLUSH_ERR, 0, 0, 0);
             q->rq_ci++;
         }
     }

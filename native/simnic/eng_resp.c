@@ -264,7 +264,7 @@ static int responder_error(struct sn_engine *eng, struct sn_eqp *q, const struct
         return 0;
     if (cqe_synd && q->in_have_rwqe)
         sn_cqe_resp(eng, q, 0, 0, 0, q->in_rwqe.idx, cqe_synd, q->peer ? q->peer->lid : 0,
-                    q->dest_qpn);
+                    q->dest_qpn, 0);
     q->in_active = 0;
     q->in_have_rwqe = 0;
     if (q->type == SN_QPT_RC) {
@@ -324,6 +324,7 @@ static int start_message(struct sn_engine *eng, struct sn_eqp *q, const struct s
     q->in_active = 1;
     q->in_type = m->type;
     q->in_opcode = m->opcode;
+    q->in_se = (m->flags & SN_SE) ? 1 : 0;
     q->in_psn = m->psn;
     q->in_npsn = m->arg1 ? (uint32_t)m->arg1 : 1;
     q->in_total = m->total;
@@ -400,7 +401,7 @@ static int on_send_write(struct sn_engine *eng, struct sn_eqp *q, const struct s
 
         sn_cqe_resp(eng, q, op, q->in_type == SN_MSG_SEND ? q->in_total : q->in_total,
                     op == MLX5_CQE_RESP_SEND ? 0 : q->in_imm, q->in_rwqe.idx, 0,
-                    q->peer->lid, m->src_qpn);
+                    q->peer->lid, m->src_qpn, q->in_se);
     }
     message_done(eng, q, m);
     return 1;
@@ -557,13 +558,13 @@ static int on_ud(struct sn_engine *eng, struct sn_eqp *q, const struct sn_msg *m
         synd = MLX5_CQE_SYNDROME_LOCAL_PROT_ERR;
     if (synd) {
         /* the receive completes in error and the QP with it, as every error completion does */
-        sn_cqe_resp(eng, q, 0, 0, 0, r.idx, synd, m->src_lid, m->src_qpn);
+        sn_cqe_resp(eng, q, 0, 0, 0, r.idx, synd, m->src_lid, m->src_qpn, 0);
         sn_eqp_to_error(eng, q);
         return 1;
     }
     sn_cqe_resp_ud(eng, q, resp_cqe_opcode(m->opcode), m->total + 40,
                    m->opcode == MLX5_OPCODE_SEND_IMM ? m->imm : 0, r.idx, m->src_lid,
-                   m->src_qpn, (m->raddr & SN_UD_GRH) ? 1 : 0);
+                   m->src_qpn, (m->raddr & SN_UD_GRH) ? 1 : 0, (m->flags & SN_SE) ? 1 : 0);
     return 1;
 }
 

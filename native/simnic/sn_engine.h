@@ -242,6 +242,7 @@ struct sn_eqp {
     uint8_t nak_wait;               /* dropped a message: wait for its retransmission */
     uint8_t in_active;              /* a multi-fragment message is being received */
     uint8_t in_type, in_opcode;
+    uint8_t in_se;                  /* the message asks for a solicited event */
     uint32_t in_psn, in_total, in_got, in_imm;
     uint64_t in_raddr;
     uint32_t in_rkey;               /* looked up again per fragment: the MR may go away */
@@ -367,10 +368,11 @@ void sn_cqe_req(struct sn_engine *eng, struct sn_eqp *q, const struct sn_swqe *w
                 uint8_t syndrome);
 void sn_cqe_resp(struct sn_engine *eng, struct sn_eqp *q, uint8_t op, uint32_t byte_cnt,
                  uint32_t imm, uint16_t wqe_counter, uint8_t syndrome, uint16_t slid,
-                 uint32_t src_qpn);
+                 uint32_t src_qpn, int solicited);
 /* a UD receive: the sender's address, and bit 0 of GRH: a global route header came with it */
 void sn_cqe_resp_ud(struct sn_engine *eng, struct sn_eqp *q, uint8_t op, uint32_t byte_cnt,
-                    uint32_t imm, uint16_t wqe_counter, uint16_t slid, uint32_t src_qpn, int grh);
+                    uint32_t imm, uint16_t wqe_counter, uint16_t slid, uint32_t src_qpn, int grh,
+                    int solicited);
 void sn_ecq_arm(struct sn_engine *eng, struct sn_ecq *cq, uint32_t word);
 void sn_async_event(struct sn_engine *eng, struct sn_eqp *q, enum ibv_event_type type);
 

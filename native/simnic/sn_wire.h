@@ -39,6 +39,7 @@ enum sn_msg_type {
 enum sn_msg_flags {
     SN_FIRST = 1,
     SN_LAST = 2,
+    SN_SE = 4,              /* solicited event: the WQE asked for one (MLX5_WQE_CTRL_SOLICITED) */
 };
 
 /* NAK reasons (the IB AETH NAK codes, named for the completion they cause) */

@@ -1,6 +1,7 @@
 """RC RDMA WRITE with immediate (and SEND with immediate) between two processes: the receiver's
 completion carries the immediate, the write's length in byte_len and the sender's QP, from
-0 bytes to 1 MiB + 13 (examples/rdma/write_imm)."""
+0 bytes to 1 MiB + 13 (examples/rdma/write_imm); a CQ armed for solicited completions gets an
+event for a solicited SEND only."""
 from .conftest import example, free_port, run_pair
 
 
@@ -13,5 +14,6 @@ def test_write_with_immediate_completions(nic_env):
     assert cli.out.splitlines() == ["client: 6 writes with immediate, 6 sends with immediate completed"]
     assert srv.out.splitlines() == [
         "server: 6 writes with immediate (0 to 1048589 bytes) and 6 sends with immediate: "
-        "opcode, immediate, byte_len, src_qp and data verified",
+        "opcode, immediate, byte_len, src_qp and data verified; solicited event only for the "
+        "solicited send",
     ]
