@@ -4,6 +4,8 @@
  *
  *   ud_ops [-p PORT]            server: posts receives, checks every completion and buffer
  *   ud_ops [-p PORT] HOST       client: sends the datagrams below, then the error cases
+ *   ud_ops -l                   loopback: two UD QPs of one process on one port, a receive
+ *                               CQ armed for solicited completions only
  *
  * Every receive buffer gets the 40-byte GRH area first and the data after it; the server
  * checks byte_len (40 + length), src_qp, slid, IBV_WC_GRH and the GRH itself when the sender
@@ -13,6 +15,7 @@
  * the error state, and an RDMA WRITE on a UD QP completes with IBV_WC_LOC_QP_OP_ERR.
  * Exit status 0 only when everything matched.
  */
+#include <poll.h>
 #include <stdatomic.h>
 
 #include <infiniband/mlx5dv.h>
@@ -400,16 +403,93 @@ static int client(int fd)
 	return 0;
 }
 
+/* ---- loopback ------------------------------------------------------------------------------- */
+
+/* Two datagrams from one QP to another of the same process: the first without
+ * IBV_SEND_SOLICITED raises no event on the receiver's CQ (armed for solicited completions),
+ * the second with it does. */
+static int loopback(void)
+{
+	struct ibv_comp_channel *ch = ibv_create_comp_channel(ctx);
+	struct ibv_cq *rcq = ch ? ibv_create_cq(ctx, 16, NULL, ch, 0) : NULL, *ev_cq;
+	struct ibv_qp *tx = ud_qp(0), *rx;
+	struct ibv_port_attr pa;
+	struct ibv_ah_attr aa = {.port_num = 1};
+	struct ibv_ah *ah;
+	struct pollfd pfd;
+	struct ibv_wc wc[2];
+	void *ev_ctx;
+
+	CHECK(rcq, "ibv_create_cq: %s", strerror(errno));
+	cq = rcq;               /* the receiving QP completes into the armed CQ */
+	rx = ud_qp(0);
+	CHECK(!ibv_query_port(ctx, 1, &pa), "ibv_query_port");
+	aa.dlid = pa.lid;
+	ah = ibv_create_ah(pd, &aa);
+	CHECK(ah, "ibv_create_ah: %s", strerror(errno));
+	for (int i = 0; i < 2; i++) {
+		struct ibv_sge sg = {(uintptr_t)(buf + i * BUF), BUF, mr->lkey};
+		struct ibv_recv_wr wr = {.wr_id = (uint64_t)i, .sg_list = &sg, .num_sge = 1}, *bad;
+
+		CHECK(!ibv_post_recv(rx, &wr, &bad), "ibv_post_recv");
+	}
+	CHECK(!ibv_req_notify_cq(rcq, 1), "ibv_req_notify_cq(solicited)");
+	pfd.fd = ch->fd;
+	pfd.events = POLLIN;
+	for (int i = 0; i < 2; i++) {
+		uint8_t *src = buf + NRECV * BUF;
+		struct ibv_sge sg = {(uintptr_t)src, 100, mr->lkey};
+		struct ibv_send_wr wr = {.wr_id = 10, .sg_list = &sg, .num_sge = 1,
+					 .opcode = IBV_WR_SEND_WITH_IMM}, *bad;
+		struct ibv_wc sw;
+
+		for (uint32_t k = 0; k < 100; k++)
+			src[k] = pattern(50 + i, k);
+		wr.imm_data = htonl(0x600u + (uint32_t)i);
+		wr.send_flags = IBV_SEND_SIGNALED | (i ? IBV_SEND_SOLICITED : 0);
+		wr.wr.ud.ah = ah;
+		wr.wr.ud.remote_qpn = rx->qp_num;
+		wr.wr.ud.remote_qkey = QKEY;
+		CHECK(!ibv_post_send(tx, &wr, &bad), "ibv_post_send");
+		CHECK(tx->send_cq != rcq, "send CQ");
+		poll_n(tx->send_cq, &sw, 1, 30);
+		CHECK(sw.status == IBV_WC_SUCCESS, "loopback send %d: %s", i, ibv_wc_status_str(sw.status));
+		/* a UD send completes when it leaves, maybe before it is placed: give the
+		 * unsolicited one 100 ms to (not) raise an event, the solicited one 10 s to raise it */
+		CHECK((poll(&pfd, 1, i ? 10000 : 100) == 1) == !!i, "loopback %d: event %s", i,
+		      i ? "missing" : "for an unsolicited datagram");
+	}
+	CHECK(!ibv_get_cq_event(ch, &ev_cq, &ev_ctx) && ev_cq == rcq, "ibv_get_cq_event");
+	ibv_ack_cq_events(rcq, 1);
+	poll_n(rcq, wc, 2, 30);
+	for (int i = 0; i < 2; i++) {
+		CHECK(wc[i].status == IBV_WC_SUCCESS && wc[i].wr_id == (uint64_t)i &&
+		      wc[i].byte_len == GRH + 100 && wc[i].src_qp == tx->qp_num && wc[i].slid == pa.lid &&
+		      ntohl(wc[i].imm_data) == 0x600u + (uint32_t)i, "loopback receive %d", i);
+		for (uint32_t k = 0; k < 100; k++)
+			CHECK(buf[i * BUF + GRH + k] == pattern(50 + i, k), "loopback %d: byte %u", i, k);
+	}
+	printf("loopback: 2 datagrams between QPs of one process, completion event for the "
+	       "solicited one only\n");
+	return 0;
+}
+
 int main(int argc, char **argv)
 {
-	int port = 18600, opt, fd;
+	int port = 18600, opt, fd, lo = 0;
 	const char *host = NULL;
 
-	while ((opt = getopt(argc, argv, "p:")) != -1)
-		port = atoi(optarg);
+	while ((opt = getopt(argc, argv, "p:l")) != -1) {
+		if (opt == 'l')
+			lo = 1;
+		else
+			port = atoi(optarg);
+	}
 	if (optind < argc)
 		host = argv[optind];
 	setup();
+	if (lo)
+		return loopback();
 	fd = tcp_connect_or_accept(host, port);
 	return host ? client(fd) : server(fd);
 }

@@ -50,3 +50,12 @@ def test_datagrams_through_verbs_wr_api_and_direct_wqes(nic_env):
         "server: 8 datagrams verified (GRH, immediates, data), 2 dropped, tiny receive "
         "LOC_LEN_ERR, QP in ERR, replied",
     ]
+
+
+def test_loopback_and_solicited_events(nic_env):
+    """Two UD QPs of one process on one port; a receive CQ armed for solicited completions gets
+    an event for the datagram sent with IBV_SEND_SOLICITED only."""
+    res = run([str(example("ud_ops")), "-l"], nic_env, timeout=60)
+    assert res.rc == 0, res.out + res.err
+    assert res.out == ("loopback: 2 datagrams between QPs of one process, completion event for the "
+                       "solicited one only\n")
