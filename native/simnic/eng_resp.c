@@ -7,6 +7,9 @@
  * range and allows the access, and the QP must allow it too.  A violation NAKs the request
  * (the requester completes with REM_ACCESS_ERR, REM_INV_REQ_ERR or REM_OP_ERR) and moves
  * the responder QP to the error state with the matching asynchronous event.
+ *
+ * UD datagrams are not checked against a connection: any sender may reach a UD QP in RTR or
+ * RTS whose Q_Key it names; what cannot be placed is dropped, and nothing is answered.
  */
 #include <errno.h>
 #include <stdlib.h>

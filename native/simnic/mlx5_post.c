@@ -1,8 +1,8 @@
 /* The data path the application runs: ibv_post_send / ibv_post_recv / ibv_post_srq_recv
  * (through the context's ops table) and the extended ibv_wr_* send API.
  *
- * Work requests become mlx5 WQEs in the SQ ring (control, remote address, atomic, data or
- * inline segments, 64-byte basic blocks), then the doorbell record is updated and the first
+ * Work requests become mlx5 WQEs in the SQ ring (control, remote address, atomic or UD
+ * datagram, data or inline segments, 64-byte basic blocks), then the doorbell record is updated and the first
  * 8 bytes of the last WQE's control segment are stored to the QP's BlueFlame register,
  * alternating between its two 256-byte halves; a single small inline WQE is copied whole
  * into the BlueFlame buffer, as rdma-core does.  Error returns are rdma-core's: ENOMEM when

@@ -3,8 +3,10 @@
  * Buffers are laid out as rdma-core's mlx5 provider lays them out (RQ then SQ in one
  * page-aligned buffer, WQE sizes and counts computed the same way), so the numbers a program
  * gets back (max_inline_data, max_send_wr, ...) and the WQEs a tracer reads are the ones it
- * would get on hardware.  State changes are checked against the InfiniBand QP state table as
- * the kernel checks them (required and optional attributes per transition); a bad transition
+ * would get on hardware (a UD WQE has the 48-byte datagram segment where RC has its remote
+ * address and atomic segments).  State changes are checked against the InfiniBand QP state
+ * table for RC, UC and UD as the kernel checks them (required and optional attributes per
+ * transition); a bad transition
  * fails with EINVAL, a QP or SRQ still referenced fails to be destroyed with EBUSY.
  */
 #include <errno.h>
