@@ -6,8 +6,8 @@
  * would get on hardware (a UD WQE has the 48-byte datagram segment where RC has its remote
  * address and atomic segments).  State changes are checked against the InfiniBand QP state
  * table for RC, UC and UD as the kernel checks them (required and optional attributes per
- * transition); a bad transition
- * fails with EINVAL, a QP or SRQ still referenced fails to be destroyed with EBUSY.
+ * transition); a bad transition fails with EINVAL, a QP or SRQ still referenced fails to be
+ * destroyed with EBUSY.
  */
 #include <errno.h>
 #include <stdlib.h>
