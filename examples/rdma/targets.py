@@ -12,6 +12,10 @@ TARGETS = [
            cflags=_CFLAGS, libs=["ibverbs", "mlx5", "dl"]),
     Target(out="bin/rdma_errors", sources=["examples/rdma/rdma_errors.c"], kind="exe",
            cflags=_CFLAGS, libs=["ibverbs"]),
+    Target(out="bin/ud_ops", sources=["examples/rdma/ud_ops.c"], kind="exe",
+           cflags=_CFLAGS, libs=["ibverbs", "mlx5"]),
+    Target(out="bin/write_imm", sources=["examples/rdma/write_imm.c"], kind="exe",
+           cflags=_CFLAGS, libs=["ibverbs"]),
 ]
 # rdma_cm's edge cases (tests/simnic/test_rdmacm.py), linked against the system's librdmacm-dev.
 TARGETS.append(Target(out="bin/cm_edges", sources=["examples/rdma/cm_edges.c"], kind="exe",

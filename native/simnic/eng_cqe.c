@@ -94,7 +94,9 @@ static void emit(struct sn_engine *eng, struct sn_ecq *cq, struct mlx5_cqe64 *cq
     }
     cq->pi++;
     eng->n_cqes++;
-    if (cq->armed == 1 || (cq->armed == 2 && solicited))
+    /* armed for solicited completions: those, and completions in error (IBA 11.4.2.2) */
+    if (cq->armed == 1 || (cq->armed == 2 && (solicited || opcode == MLX5_CQE_REQ_ERR ||
+                                              opcode == MLX5_CQE_RESP_ERR)))
         fire_event(cq);
 }
 
@@ -137,7 +139,8 @@ void sn_cqe_req(struct sn_engine *eng, struct sn_eqp *q, const struct sn_swqe *w
 }
 
 void sn_cqe_resp(struct sn_engine *eng, struct sn_eqp *q, uint8_t op, uint32_t byte_cnt,
-                 uint32_t imm, uint16_t wqe_counter, uint8_t syndrome, uint16_t slid, uint32_t src_qpn)
+                 uint32_t imm, uint16_t wqe_counter, uint8_t syndrome, uint16_t slid, uint32_t src_qpn,
+                 int solicited)
 {
     struct mlx5_cqe64 c;
 
@@ -159,7 +162,24 @@ void sn_cqe_resp(struct sn_engine *eng, struct sn_eqp *q, uint8_t op, uint32_t b
     c.sop_drop_qpn = htobe32(q->qpn & 0xffffff);
     c.flags_rqpn = htobe32(src_qpn & 0xffffff);
     c.slid = htobe16(slid);
-    emit(eng, q->rcq, &c, op, 0);
+    emit(eng, q->rcq, &c, op, solicited);
+}
+
+void sn_cqe_resp_ud(struct sn_engine *eng, struct sn_eqp *q, uint8_t op, uint32_t byte_cnt,
+                    uint32_t imm, uint16_t wqe_counter, uint16_t slid, uint32_t src_qpn, int grh,
+                    int solicited)
+{
+    struct mlx5_cqe64 c;
+
+    cqe_template(&c, eng, q);
+    c.wqe_counter = htobe16(wqe_counter);
+    c.byte_cnt = htobe32(byte_cnt);
+    c.imm_inval_pkey = imm;         /* without an immediate: P_Key index 0 */
+    c.sop_drop_qpn = htobe32(q->qpn & 0xffffff);
+    /* flags_rqpn: bits 29:28 say a GRH came (1: IB GRH), 27:24 the SL (0) */
+    c.flags_rqpn = htobe32((grh ? 1u << 28 : 0) | (src_qpn & 0xffffff));
+    c.slid = htobe16(slid);
+    emit(eng, q->rcq, &c, op, solicited);
 }
 
 /* An arm request (doorbell record word sn<<28 | cmd | ci): fires at once when there are

@@ -10,7 +10,8 @@ int sn_eqp_alloc_tracking(struct sn_eqp *q, uint32_t max_sge)
     if (max_sge < 1)
         max_sge = 1;
     q->max_sge = max_sge;
-    q->swqe_stride = (uint32_t)((sizeof(struct sn_swqe) + max_sge * sizeof(struct sn_sge) + 15) & ~15ul);
+    /* room for the data segments and one inline segment */
+    q->swqe_stride = (uint32_t)((sizeof(struct sn_swqe) + (max_sge + 1) * sizeof(struct sn_sge) + 15) & ~15ul);
     q->swqe_area = calloc(q->sq_cnt ? q->sq_cnt : 1, q->swqe_stride);
     /* inline payloads: 64 bytes per basic block, plus room for a WQE that starts in the last */
     q->inl_area = malloc((size_t)(q->sq_cnt ? q->sq_cnt : 1) * 64 + 16 * 64);

@@ -4,7 +4,8 @@
  * RC semantics follow InfiniBand: every message has a PSN range; the responder acknowledges in
  * order (coalesced); a NAK or a timeout makes the requester go back to the first
  * unacknowledged WQE and resend (go-back-N), up to retry_cnt / rnr_retry times.  UC messages
- * complete as soon as they are handed to the peer.
+ * complete as soon as they are handed to the peer, and so do UD datagrams, each sent to the
+ * port its WQE's address vector names.
  */
 #include <errno.h>
 #include <stdlib.h>
@@ -85,6 +86,34 @@ static uint8_t check_local(struct sn_engine *eng, struct sn_eqp *q, struct sn_sg
     return 0;
 }
 
+/* UD: the datagram segment after the control segment (mlx5_wqe_av: 16 bytes, or 48 with
+ * MLX5_EXTENDED_UD_AV).  Returns the 16-byte units up to the data, or 0 when the WQE is not
+ * one a UD QP executes (only SEND and SEND_IMM are). */
+static uint32_t parse_datagram(struct sn_eqp *q, struct sn_swqe *w, const uint8_t *seg, uint32_t ds)
+{
+    const struct mlx5_wqe_av *av = (const void *)seg;
+    uint32_t dqp = be32toh(av->dqp_dct);
+    uint32_t avds = (dqp & MLX5_EXTENDED_UD_AV) ? 3 : 1;
+
+    if (w->opcode == MLX5_OPCODE_NOP)
+        return 1;
+    if ((w->opcode != MLX5_OPCODE_SEND && w->opcode != MLX5_OPCODE_SEND_IMM) || ds < 1 + avds)
+        return 0;
+    w->ud_dqpn = dqp & 0xffffff;
+    w->ud_qkey = be32toh(av->key.qkey.qkey);
+    if (w->ud_qkey & 0x80000000u)
+        w->ud_qkey = q->qkey;   /* "controlled" Q_Key: the QP's own */
+    w->ud_dlid = be16toh(av->rlid);
+    if (avds == 3 && (be32toh(av->grh_gid_fl) & (1u << 30))) {
+        w->ud_grh = 1;
+        w->ud_tclass = av->tclass;
+        w->ud_hop_limit = av->hop_limit;
+        w->ud_flow_label = be32toh(av->grh_gid_fl) & 0xfffff;
+        memcpy(w->ud_dgid, av->rgid, 16);
+    }
+    return 1 + avds;
+}
+
 /* Parses the WQE at q->sq_parsed into its swqe record. */
 static struct sn_swqe *parse_wqe(struct sn_engine *eng, struct sn_eqp *q)
 {
@@ -123,7 +152,12 @@ static struct sn_swqe *parse_wqe(struct sn_engine *eng, struct sn_eqp *q)
         goto out;
     }
     seg = raw + sizeof(*ctrl);
-    switch (w->opcode) {
+    if (q->type == SN_QPT_UD) {
+        if ((fixed = parse_datagram(q, w, seg, ds)) == 0) {
+            w->err = MLX5_CQE_SYNDROME_LOCAL_QP_OP_ERR;
+            goto out;
+        }
+    } else switch (w->opcode) {
     case MLX5_OPCODE_NOP:
         fixed = 1;
         break;
@@ -172,7 +206,8 @@ static struct sn_swqe *parse_wqe(struct sn_engine *eng, struct sn_eqp *q)
         w->err = MLX5_CQE_SYNDROME_LOCAL_QP_OP_ERR;
         goto out;
     }
-    /* data: gather list or one inline segment */
+    /* data: data segments and at most one inline segment, in any order (UCX puts a header
+     * inline before a gather list); the payload is their concatenation */
     seg = raw + fixed * 16;
     for (i = fixed; i < ds; i++, seg += 16) {
         struct mlx5_wqe_data_seg *d = (void *)seg;
@@ -182,19 +217,23 @@ static struct sn_swqe *parse_wqe(struct sn_engine *eng, struct sn_eqp *q)
             uint32_t n = bc & ~MLX5_INLINE_SEG;
             uint8_t *copy = q->inl_area + (size_t)(w->bb & (q->sq_cnt - 1)) * 64;
 
-            if (w->nsge || n > (ds - i) * 16 - 4) {
+            if (w->inl || n > (ds - i) * 16 - 4) {
                 w->err = MLX5_CQE_SYNDROME_LOCAL_QP_OP_ERR;
                 goto out;
             }
             memcpy(copy, seg + 4, n);
             w->inl = 1;
-            w->nsge = 1;
-            w->sge[0].addr = (uintptr_t)copy;
-            w->sge[0].len = n;
-            w->len = n;
-            break;
+            w->sge[w->nsge].addr = (uintptr_t)copy;
+            w->sge[w->nsge].len = n;
+            w->sge[w->nsge].lkey = SN_INLINE_LKEY;
+            w->len += n;
+            w->nsge++;
+            /* the segment's 16-byte units: the loop adds the last */
+            i += (4 + n + 15) / 16 - 1;
+            seg += ((4 + n + 15) / 16 - 1) * 16;
+            continue;
         }
-        if (w->nsge >= q->max_sge) {
+        if (w->nsge - w->inl >= q->max_sge) {
             w->err = MLX5_CQE_SYNDROME_LOCAL_QP_OP_ERR;
             goto out;
         }
@@ -250,10 +289,6 @@ static int local_ptr(struct sn_engine *eng, struct sn_eqp *q, const struct sn_sg
 static int gather(struct sn_engine *eng, struct sn_eqp *q, const struct sn_swqe *w, uint32_t off,
                   uint8_t *dst, uint32_t len)
 {
-    if (w->inl) {
-        memcpy(dst, (uint8_t *)(uintptr_t)w->sge[0].addr + off, len);
-        return 0;
-    }
     for (uint32_t i = 0; i < w->nsge && len; i++) {
         const struct sn_sge *s = &w->sge[i];
         const struct sn_mem *m;
@@ -264,10 +299,10 @@ static int gather(struct sn_engine *eng, struct sn_eqp *q, const struct sn_swqe 
             off -= s->len;
             continue;
         }
-        if (local_ptr(eng, q, s, &p, &m))
-            return -1;
         n = s->len - off < len ? s->len - off : len;
-        if (sn_mem_read(dst, p + off, n, m))
+        if (s->lkey == SN_INLINE_LKEY)
+            memcpy(dst, (uint8_t *)(uintptr_t)s->addr + off, n);     /* the WQE's copy */
+        else if (local_ptr(eng, q, s, &p, &m) || sn_mem_read(dst, p + off, n, m))
             return -1;
         dst += n;
         len -= n;
@@ -471,7 +506,7 @@ static void fill_hdr(struct sn_engine *eng, struct sn_eqp *q, const struct sn_sw
                      struct sn_msg *m, uint8_t type)
 {
     m->type = type;
-    m->flags = 0;
+    m->flags = (w->fm_ce_se & MLX5_WQE_CTRL_SOLICITED) ? SN_SE : 0;
     m->opcode = w->opcode;
     m->syndrome = 0;
     m->len = 0;
@@ -558,6 +593,56 @@ static int tx_wqe(struct sn_engine *eng, struct sn_eqp *q, struct sn_swqe *w)
     return 1;
 }
 
+/* UD: one datagram to the port the WQE's address vector names; returns 0 when that port's
+ * ring is full.  A datagram nobody can receive (no such port, larger than the MTU, a dead
+ * port) is dropped on the wire: the send still completes, as UD's does. */
+static int tx_ud(struct sn_engine *eng, struct sn_eqp *q, struct sn_swqe *w)
+{
+    uint16_t lid = w->ud_dlid;
+    struct sn_owner owner;
+    struct sn_peer *p;
+    struct sn_msg *m;
+
+    if (w->ud_grh && sn_fabric_lookup(0, w->ud_dgid, &lid, &owner))
+        lid = 0;
+    p = lid && w->len <= 4096 ? sn_peer_get(eng, lid) : NULL;
+    if (!p || p->dead) {
+        eng->n_ud_dropped++;
+        return 1;
+    }
+    m = sn_ring_reserve(&p->req, w->len);
+    if (!m) {
+        if (eng->now_ns - p->checked_ns > 50000000ull) {
+            p->checked_ns = eng->now_ns;
+            if (!sn_owner_alive(&p->owner))
+                p->dead = 1;
+        }
+        return 0;
+    }
+    fill_hdr(eng, q, w, m, SN_MSG_UD);
+    m->flags |= SN_FIRST | SN_LAST;
+    m->len = w->len;
+    m->dst_qpn = w->ud_dqpn;
+    m->rkey = w->ud_qkey;
+    m->raddr = 0;
+    m->arg0 = m->arg1 = 0;
+    if (w->ud_grh) {
+        m->raddr = SN_UD_GRH | (uint64_t)w->ud_tclass << 32 | (uint64_t)w->ud_hop_limit << 24 |
+                   w->ud_flow_label;
+        memcpy(&m->arg0, eng->dev->gid.raw, 8);
+        memcpy(&m->arg1, eng->dev->gid.raw + 8, 8);
+    }
+    if (w->len && gather(eng, q, w, 0, (uint8_t *)(m + 1), w->len)) {
+        m->type = SN_MSG_PAD;
+        m->len = (w->len + 63u) & ~63u;
+        w->err = MLX5_CQE_SYNDROME_LOCAL_PROT_ERR;
+    } else {
+        eng->n_msgs_tx++;
+    }
+    p->req_dirty = 1;
+    return 1;
+}
+
 /* Sends what was posted on Q, as far as the peer's ring takes it. */
 static int progress_qp(struct sn_engine *eng, struct sn_eqp *q)
 {
@@ -567,7 +652,7 @@ static int progress_qp(struct sn_engine *eng, struct sn_eqp *q)
         sn_flush_qp(eng, q);
         return 0;
     }
-    if (q->state != IBV_QPS_RTS || !q->peer)
+    if (q->state != IBV_QPS_RTS || (!q->peer && q->type != SN_QPT_UD))
         return 0;       /* SQD/SQE/RTR: posted WQEs wait; hardware would too */
     if (q->rnr_until_ns) {
         if (eng->now_ns < q->rnr_until_ns)
@@ -594,7 +679,8 @@ static int progress_qp(struct sn_engine *eng, struct sn_eqp *q)
             fail_oldest(eng, q, w->err);
             return work + 1;
         }
-        if (w->opcode != MLX5_OPCODE_NOP && !tx_wqe(eng, q, w))
+        if (w->opcode != MLX5_OPCODE_NOP &&
+            !(q->type == SN_QPT_UD ? tx_ud(eng, q, w) : tx_wqe(eng, q, w)))
             break;
         if (w->err) {   /* failed while gathering: completes in error in its turn */
             q->sq_tx += w->nbb;
@@ -607,12 +693,12 @@ static int progress_qp(struct sn_engine *eng, struct sn_eqp *q)
         q->sq_tx += w->nbb;
         q->tx_off = 0;
         work++;
-        if (q->type == SN_QPT_UC || w->opcode == MLX5_OPCODE_NOP) {
-            /* UC: handed to the wire is done; a NOP has nothing to send */
+        if (q->type != SN_QPT_RC || w->opcode == MLX5_OPCODE_NOP) {
+            /* UC, UD: handed to the wire is done; a NOP has nothing to send */
             while (q->sq_acked != q->sq_tx) {
                 struct sn_swqe *o = sn_swqe_at(q, q->sq_acked);
 
-                if (o->opcode != MLX5_OPCODE_NOP && q->type != SN_QPT_UC)
+                if (o->opcode != MLX5_OPCODE_NOP && q->type == SN_QPT_RC)
                     break;
                 complete_oldest(eng, q, 0);
             }
@@ -724,7 +810,7 @@ void sn_flush_qp(struct sn_engine *eng, struct sn_eqp *q)
         posted = be32toh(v) & 0xffff;
         while ((uint16_t)(posted - q->rq_ci)) {
             sn_cqe_resp(eng, q, 0, 0, 0, (uint16_t)q->rq_ci,
-                        MLX5_CQE_SYNDROME_WR_FLUSH_ERR, 0, 0);
+                        MLX5_CQE_SYNDROME_WR_FLUSH_ERR, 0, 0, 0);
             q->rq_ci++;
         }
     }

@@ -7,6 +7,9 @@
  * range and allows the access, and the QP must allow it too.  A violation NAKs the request
  * (the requester completes with REM_ACCESS_ERR, REM_INV_REQ_ERR or REM_OP_ERR) and moves
  * the responder QP to the error state with the matching asynchronous event.
+ *
+ * UD datagrams are not checked against a connection: any sender may reach a UD QP in RTR or
+ * RTS whose Q_Key it names; what cannot be placed is dropped, and nothing is answered.
  */
 #include <errno.h>
 #include <stdlib.h>
@@ -264,7 +267,7 @@ static int responder_error(struct sn_engine *eng, struct sn_eqp *q, const struct
         return 0;
     if (cqe_synd && q->in_have_rwqe)
         sn_cqe_resp(eng, q, 0, 0, 0, q->in_rwqe.idx, cqe_synd, q->peer ? q->peer->lid : 0,
-                    q->dest_qpn);
+                    q->dest_qpn, 0);
     q->in_active = 0;
     q->in_have_rwqe = 0;
     if (q->type == SN_QPT_RC) {
@@ -324,6 +327,7 @@ static int start_message(struct sn_engine *eng, struct sn_eqp *q, const struct s
     q->in_active = 1;
     q->in_type = m->type;
     q->in_opcode = m->opcode;
+    q->in_se = (m->flags & SN_SE) ? 1 : 0;
     q->in_psn = m->psn;
     q->in_npsn = m->arg1 ? (uint32_t)m->arg1 : 1;
     q->in_total = m->total;
@@ -400,7 +404,7 @@ static int on_send_write(struct sn_engine *eng, struct sn_eqp *q, const struct s
 
         sn_cqe_resp(eng, q, op, q->in_type == SN_MSG_SEND ? q->in_total : q->in_total,
                     op == MLX5_CQE_RESP_SEND ? 0 : q->in_imm, q->in_rwqe.idx, 0,
-                    q->peer->lid, m->src_qpn);
+                    q->peer->lid, m->src_qpn, q->in_se);
     }
     message_done(eng, q, m);
     return 1;
@@ -509,6 +513,64 @@ static int on_duplicate(struct sn_engine *eng, struct sn_eqp *q, const struct sn
     }
 }
 
+/* The 40-byte GRH a UD receive gets in front of the data (IBA 8.3): IPv6-like header with
+ * next header 0x1b (BTH), the payload length as on the wire. */
+static void build_grh(struct sn_engine *eng, const struct sn_msg *m, uint8_t *g)
+{
+    uint32_t vtf = 6u << 28 | (uint32_t)((m->raddr >> 32) & 0xff) << 20 |
+                   (uint32_t)(m->raddr & 0xfffff);
+    /* BTH, DETH, the immediate, the payload padded to 4 bytes, ICRC */
+    uint16_t paylen = (uint16_t)(12 + 8 + (m->opcode == MLX5_OPCODE_SEND_IMM ? 4 : 0) +
+                                 ((m->total + 3) & ~3u) + 4);
+
+    vtf = htobe32(vtf);
+    memcpy(g, &vtf, 4);
+    paylen = htobe16(paylen);
+    memcpy(g + 4, &paylen, 2);
+    g[6] = 0x1b;
+    g[7] = (uint8_t)(m->raddr >> 24);
+    memcpy(g + 8, &m->arg0, 8);
+    memcpy(g + 16, &m->arg1, 8);
+    memcpy(g + 24, eng->dev->gid.raw, 16);
+}
+
+/* A datagram for a UD QP: dropped (and counted) when the QP cannot take it -- not yet RTR,
+ * another Q_Key, no receive posted -- as the wire drops it; otherwise the receive gets the
+ * GRH (when one came) in its first 40 bytes and the data after them. */
+static int on_ud(struct sn_engine *eng, struct sn_eqp *q, const struct sn_msg *m)
+{
+    int state = atomic_load_explicit(&q->state, memory_order_relaxed);
+    struct sn_rwqe r;
+    uint8_t grh[40], synd;
+
+    if (m->type != SN_MSG_UD || state < IBV_QPS_RTR || state == IBV_QPS_ERR ||
+        m->rkey != q->qkey || !take_rwqe(q, &r)) {
+        sn_dbg("UD drop for QP %#x: state %d qkey %#x/%#x", q->qpn, state, m->rkey, q->qkey);
+        eng->n_ud_dropped++;
+        return 1;
+    }
+    synd = check_recv_sges(eng, q, &r);
+    if (!synd && (uint64_t)m->total + 40 > rwqe_capacity(&r))
+        synd = MLX5_CQE_SYNDROME_LOCAL_LENGTH_ERR;
+    if (!synd && (m->raddr & SN_UD_GRH)) {
+        build_grh(eng, m, grh);
+        if (rwqe_scatter(eng, &r, 0, grh, 40))
+            synd = MLX5_CQE_SYNDROME_LOCAL_PROT_ERR;
+    }
+    if (!synd && m->len && rwqe_scatter(eng, &r, 40, (const uint8_t *)(m + 1), m->len))
+        synd = MLX5_CQE_SYNDROME_LOCAL_PROT_ERR;
+    if (synd) {
+        /* the receive completes in error and the QP with it, as every error completion does */
+        sn_cqe_resp(eng, q, 0, 0, 0, r.idx, synd, m->src_lid, m->src_qpn, 0);
+        sn_eqp_to_error(eng, q);
+        return 1;
+    }
+    sn_cqe_resp_ud(eng, q, resp_cqe_opcode(m->opcode), m->total + 40,
+                   m->opcode == MLX5_OPCODE_SEND_IMM ? m->imm : 0, r.idx, m->src_lid,
+                   m->src_qpn, (m->raddr & SN_UD_GRH) ? 1 : 0, (m->flags & SN_SE) ? 1 : 0);
+    return 1;
+}
+
 int sn_resp_handle(struct sn_engine *eng, int slot, const struct sn_msg *m, struct sn_peer *p)
 {
     struct sn_eqp *q = sn_engine_find_qp(eng, m->dst_qpn);
@@ -517,7 +579,14 @@ int sn_resp_handle(struct sn_engine *eng, int slot, const struct sn_msg *m, stru
     (void)slot;
     if (!q) {
         sn_dbg("drop: no QP %#x", m->dst_qpn);
+        if (m->type == SN_MSG_UD)
+            eng->n_ud_dropped++;
         return 1;       /* no such QP: dropped, the requester will time out */
+    }
+    if (q->type == SN_QPT_UD || m->type == SN_MSG_UD) {
+        if (q->type != SN_QPT_UD)
+            return 1;   /* a datagram for a connected QP, or the reverse: dropped */
+        return on_ud(eng, q, m);
     }
     state = atomic_load_explicit(&q->state, memory_order_relaxed);
     if (state < IBV_QPS_RTR || state == IBV_QPS_ERR || q->peer != p ||

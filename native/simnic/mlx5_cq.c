@@ -168,21 +168,24 @@ static int parse_cqe(struct sn_cq *cq, struct mlx5_cqe64 *cqe, struct ibv_wc *wc
         wc->status = IBV_WC_SUCCESS;
         wc->byte_len = be32toh(cqe->byte_cnt);
         wc->src_qp = be32toh(cqe->flags_rqpn) & 0xffffff;
+        wc->sl = (be32toh(cqe->flags_rqpn) >> 24) & 0xf;
         wc->slid = be16toh(cqe->slid);
+        if ((be32toh(cqe->flags_rqpn) >> 28) & 3)
+            wc->wc_flags |= IBV_WC_GRH;     /* UD: a GRH is in the first 40 bytes */
         switch (opcode) {
         case MLX5_CQE_RESP_WR_IMM:
             wc->opcode = IBV_WC_RECV_RDMA_WITH_IMM;
-            wc->wc_flags = IBV_WC_WITH_IMM;
+            wc->wc_flags |= IBV_WC_WITH_IMM;
             wc->imm_data = cqe->imm_inval_pkey;
             break;
         case MLX5_CQE_RESP_SEND_IMM:
             wc->opcode = IBV_WC_RECV;
-            wc->wc_flags = IBV_WC_WITH_IMM;
+            wc->wc_flags |= IBV_WC_WITH_IMM;
             wc->imm_data = cqe->imm_inval_pkey;
             break;
         case MLX5_CQE_RESP_SEND_INV:
             wc->opcode = IBV_WC_RECV;
-            wc->wc_flags = IBV_WC_WITH_INV;
+            wc->wc_flags |= IBV_WC_WITH_INV;
             wc->invalidated_rkey = be32toh(cqe->imm_inval_pkey);
             break;
         default:

@@ -60,13 +60,17 @@ static int init_obj(struct mlx5dv_obj *obj, uint64_t types, uint64_t allowed)
     int ret = 0;
 
     if (types & ~allowed)
-        return EOPNOTSUPP;      /* RWQ, DM, AH: objects the emulated NIC does not make */
+        return EOPNOTSUPP;      /* RWQ, DM: objects the emulated NIC does not make */
     if (types & MLX5DV_OBJ_QP)
         ret = init_qp(obj->qp.in, obj->qp.out);
     if (!ret && (types & MLX5DV_OBJ_CQ))
         ret = init_cq(obj->cq.in, obj->cq.out);
     if (!ret && (types & MLX5DV_OBJ_SRQ))
         ret = init_srq(obj->srq.in, obj->srq.out);
+    if (!ret && (types & MLX5DV_OBJ_AH)) {
+        obj->ah.out->av = &((struct sn_ah *)obj->ah.in)->av;
+        obj->ah.out->comp_mask = 0;
+    }
     if (!ret && (types & MLX5DV_OBJ_PD)) {
         obj->pd.out->pdn = ((struct sn_pd *)obj->pd.in)->pdn;
         obj->pd.out->comp_mask = 0;
@@ -76,7 +80,8 @@ static int init_obj(struct mlx5dv_obj *obj, uint64_t types, uint64_t allowed)
 
 SN_EXPORT int sn_init_obj_1_2(struct mlx5dv_obj *obj, uint64_t types)
 {
-    return init_obj(obj, types, MLX5DV_OBJ_QP | MLX5DV_OBJ_CQ | MLX5DV_OBJ_SRQ | MLX5DV_OBJ_PD);
+    return init_obj(obj, types,
+                    MLX5DV_OBJ_QP | MLX5DV_OBJ_CQ | MLX5DV_OBJ_SRQ | MLX5DV_OBJ_PD | MLX5DV_OBJ_AH);
 }
 SN_SYMVER_DEFAULT(sn_init_obj_1_2, mlx5dv_init_obj, MLX5_1.2);
 

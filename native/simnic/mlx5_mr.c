@@ -169,13 +169,15 @@ int sn_dereg_mr(struct ibv_mr *ibmr)
     return 0;
 }
 
-/* Address handles exist for UD, which the emulated NIC does not carry (docs/simnic.md); they
- * are kept so that programs which create one for bookkeeping still run. */
+/* Address handles: the mlx5 address vector a UD WQE's datagram segment carries, built as
+ * rdma-core's mlx5 builds it (mlx5dv_init_obj hands it out; ibv_post_send copies it).  The
+ * port must be 1 and a LID route needs a DLID, as for a connected QP's address vector. */
 struct ibv_ah *sn_create_ah(struct ibv_pd *ibpd, struct ibv_ah_attr *attr)
 {
     struct sn_ah *ah;
 
-    if (attr->port_num != 1 || (!attr->is_global && !attr->dlid)) {
+    if (attr->port_num != 1 || (!attr->is_global && !attr->dlid) || attr->sl > 15 ||
+        (attr->is_global && attr->grh.sgid_index >= 128)) {
         errno = EINVAL;
         return NULL;
     }
@@ -187,6 +189,16 @@ struct ibv_ah *sn_create_ah(struct ibv_pd *ibpd, struct ibv_ah_attr *attr)
     ah->ibah.context = ibpd->context;
     ah->ibah.pd = ibpd;
     ah->attr = *attr;
+    ah->av.stat_rate_sl = (uint8_t)(attr->static_rate << 4 | (attr->sl & 0xf));
+    ah->av.fl_mlid = attr->src_path_bits & 0x7f;
+    ah->av.rlid = htobe16(attr->dlid);
+    if (attr->is_global) {
+        ah->av.tclass = attr->grh.traffic_class;
+        ah->av.hop_limit = attr->grh.hop_limit;
+        ah->av.grh_gid_fl = htobe32(attr->grh.flow_label | 1u << 30 |
+                                    (uint32_t)attr->grh.sgid_index << 20);
+        memcpy(ah->av.rgid, attr->grh.dgid.raw, 16);
+    }
     atomic_fetch_add(&((struct sn_pd *)ibpd)->refs, 1);
     return &ah->ibah;
 }

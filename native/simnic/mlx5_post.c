@@ -1,8 +1,8 @@
 /* The data path the application runs: ibv_post_send / ibv_post_recv / ibv_post_srq_recv
  * (through the context's ops table) and the extended ibv_wr_* send API.
  *
- * Work requests become mlx5 WQEs in the SQ ring (control, remote address, atomic, data or
- * inline segments, 64-byte basic blocks), then the doorbell record is updated and the first
+ * Work requests become mlx5 WQEs in the SQ ring (control, remote address, atomic or UD
+ * datagram, data or inline segments, 64-byte basic blocks), then the doorbell record is updated and the first
  * 8 bytes of the last WQE's control segment are stored to the QP's BlueFlame register,
  * alternating between its two 256-byte halves; a single small inline WQE is copied whole
  * into the BlueFlame buffer, as rdma-core does.  Error returns are rdma-core's: ENOMEM when
@@ -139,6 +139,17 @@ static int set_inline(struct sn_qp *qp, uint8_t *seg, const struct ibv_sge *sg, 
     return (int)((total + sizeof(*inl) + 15) / 16);
 }
 
+/* UD: the datagram segment, the address handle's AV with the destination QP and Q_Key
+ * (rdma-core's set_datagram_seg). */
+static void set_datagram(void *seg, struct ibv_ah *ah, uint32_t qpn, uint32_t qkey)
+{
+    struct mlx5_wqe_datagram_seg *d = seg;
+
+    memcpy(&d->av, &((struct sn_ah *)ah)->av, sizeof(d->av));
+    d->av.dqp_dct = htobe32(qpn | MLX5_EXTENDED_UD_AV);
+    d->av.key.qkey.qkey = htobe32(qkey);
+}
+
 static void set_data(struct mlx5_wqe_data_seg *d, const struct ibv_sge *sg, int atomic)
 {
     d->byte_count = htobe32(atomic ? 8 : sg->length);
@@ -194,7 +205,19 @@ int sn_post_send(struct ibv_qp *ibqp, struct ibv_send_wr *wr, struct ibv_send_wr
                          ((wr->send_flags & IBV_SEND_SOLICITED) ? MLX5_WQE_CTRL_SOLICITED : 0);
         seg += sizeof(*ctrl);
         size = sizeof(*ctrl) / 16;
-        switch (wr->opcode) {
+        if (ibqp->qp_type == IBV_QPT_UD && !wr->wr.ud.ah) {
+            err = EINVAL;
+            *bad = wr;
+            break;
+        }
+        if (ibqp->qp_type == IBV_QPT_UD) {
+            /* any opcode gets the datagram segment; the device refuses all but SENDs */
+            set_datagram(seg, wr->wr.ud.ah, wr->wr.ud.remote_qpn, wr->wr.ud.remote_qkey);
+            seg += sizeof(struct mlx5_wqe_datagram_seg);
+            size += sizeof(struct mlx5_wqe_datagram_seg) / 16;
+            if (seg == qp->sq_end)
+                seg = qp->sq_start;
+        } else switch (wr->opcode) {
         case IBV_WR_RDMA_READ:
         case IBV_WR_RDMA_WRITE:
         case IBV_WR_RDMA_WRITE_WITH_IMM:
@@ -588,9 +611,23 @@ static void wr_send_tso(struct ibv_qp_ex *q, void *hdr, uint16_t hdr_sz, uint16_
     wr_unsupported(q);
 }
 
+/* UD (ibv_wr_send then ibv_wr_set_ud_addr, then the data): the datagram segment goes between
+ * the control segment and the data, as rdma-core's mlx5 puts it. */
 static void wr_set_ud_addr(struct ibv_qp_ex *q, struct ibv_ah *ah, uint32_t qpn, uint32_t qkey)
 {
-    wr_unsupported(q);
+    struct sn_qp *qp = xqp(q);
+
+    if (!qp->wrx_data)
+        return;
+    if (qp->qpx.qp_base.qp_type != IBV_QPT_UD) {
+        wr_unsupported(q);
+        return;
+    }
+    set_datagram(qp->wrx_data, ah, qpn, qkey);
+    qp->wrx_data += sizeof(struct mlx5_wqe_datagram_seg);
+    qp->wrx_size += sizeof(struct mlx5_wqe_datagram_seg) / 16;
+    if (qp->wrx_data == qp->sq_end)
+        qp->wrx_data = qp->sq_start;
 }
 
 static void wr_set_xrc_srqn(struct ibv_qp_ex *q, uint32_t srqn)

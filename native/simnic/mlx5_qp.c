@@ -3,9 +3,11 @@
  * Buffers are laid out as rdma-core's mlx5 provider lays them out (RQ then SQ in one
  * page-aligned buffer, WQE sizes and counts computed the same way), so the numbers a program
  * gets back (max_inline_data, max_send_wr, ...) and the WQEs a tracer reads are the ones it
- * would get on hardware.  State changes are checked against the InfiniBand QP state table as
- * the kernel checks them (required and optional attributes per transition); a bad transition
- * fails with EINVAL, a QP or SRQ still referenced fails to be destroyed with EBUSY.
+ * would get on hardware (a UD WQE has the 48-byte datagram segment where RC has its remote
+ * address and atomic segments).  State changes are checked against the InfiniBand QP state
+ * table for RC, UC and UD as the kernel checks them (required and optional attributes per
+ * transition); a bad transition fails with EINVAL, a QP or SRQ still referenced fails to be
+ * destroyed with EBUSY.
  */
 #include <errno.h>
 #include <stdlib.h>
@@ -26,9 +28,12 @@ static uint32_t ilog2u(uint32_t v)
     return 31u - (uint32_t)__builtin_clz(v);
 }
 
-/* bytes of a send WQE before its data: control, remote address, atomic segments */
+/* bytes of a send WQE before its data: control, then remote address and atomic segments
+ * (RC, UC) or the datagram segment (UD) */
 static uint32_t sq_overhead(enum ibv_qp_type t)
 {
+    if (t == IBV_QPT_UD)
+        return sizeof(struct mlx5_wqe_ctrl_seg) + sizeof(struct mlx5_wqe_datagram_seg);
     return t == IBV_QPT_RC ? 16 + 16 + 16 : 16 + 16;
 }
 
@@ -63,8 +68,9 @@ static struct ibv_qp *qp_create(struct ibv_context *c, struct ibv_pd *ibpd,
     struct sn_qp *qp;
     int uidx, err = ENOMEM;
 
-    if (attr->qp_type != IBV_QPT_RC && attr->qp_type != IBV_QPT_UC) {
-        errno = EOPNOTSUPP;     /* UD, XRC, raw packet: not emulated */
+    if (attr->qp_type != IBV_QPT_RC && attr->qp_type != IBV_QPT_UC &&
+        attr->qp_type != IBV_QPT_UD) {
+        errno = EOPNOTSUPP;     /* XRC, raw packet, DC: not emulated */
         return NULL;
     }
     if (!attr->send_cq || !attr->recv_cq || cap->max_send_wr > SN_MAX_WR ||
@@ -139,7 +145,8 @@ static struct ibv_qp *qp_create(struct ibv_context *c, struct ibv_pd *ibpd,
     qp->send_ops = (attr->comp_mask & IBV_QP_INIT_ATTR_SEND_OPS_FLAGS) ? attr->send_ops_flags : 0;
 
     /* engine view */
-    qp->e.type = attr->qp_type == IBV_QPT_RC ? SN_QPT_RC : SN_QPT_UC;
+    qp->e.type = attr->qp_type == IBV_QPT_RC ? SN_QPT_RC :
+                 attr->qp_type == IBV_QPT_UC ? SN_QPT_UC : SN_QPT_UD;
     qp->e.pdn = pd->pdn;
     qp->e.uidx = qp->uidx;
     qp->e.uar = qp->uar;
@@ -251,46 +258,56 @@ struct ibv_qp_ex *sn_qp_to_qp_ex(struct ibv_qp *ibqp)
 /* ---- the QP state table ------------------------------------------------------------------------- */
 
 struct transition {
-    int req[2], opt[2];     /* [RC, UC] */
+    int req[3], opt[3];     /* [RC, UC, UD] (SN_QPT_*) */
 };
 
-#define RC_UC(x) {x, x}
+#define RC_UC(x) x, x
+#define QKEY IBV_QP_QKEY
 
 static const struct transition *transition_of(enum ibv_qp_state cur, enum ibv_qp_state next)
 {
     static const struct transition reset_init = {
-        RC_UC(IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS), RC_UC(0)};
+        {RC_UC(IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS),
+         IBV_QP_PKEY_INDEX | IBV_QP_PORT | QKEY},
+        {RC_UC(0), 0}};
     static const struct transition init_init = {
-        RC_UC(0), RC_UC(IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS)};
+        {RC_UC(0), 0},
+        {RC_UC(IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS),
+         IBV_QP_PKEY_INDEX | IBV_QP_PORT | QKEY}};
     static const struct transition init_rtr = {
         {IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN |
                  IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER,
-         IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN},
-        RC_UC(IBV_QP_ALT_PATH | IBV_QP_ACCESS_FLAGS | IBV_QP_PKEY_INDEX)};
+         IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN, 0},
+        {RC_UC(IBV_QP_ALT_PATH | IBV_QP_ACCESS_FLAGS | IBV_QP_PKEY_INDEX),
+         IBV_QP_PKEY_INDEX | QKEY}};
     static const struct transition rtr_rts = {
         {IBV_QP_SQ_PSN | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY |
                  IBV_QP_MAX_QP_RD_ATOMIC,
-         IBV_QP_SQ_PSN},
+         IBV_QP_SQ_PSN, IBV_QP_SQ_PSN},
         {IBV_QP_CUR_STATE | IBV_QP_ALT_PATH | IBV_QP_ACCESS_FLAGS | IBV_QP_MIN_RNR_TIMER |
                  IBV_QP_PATH_MIG_STATE,
-         IBV_QP_CUR_STATE | IBV_QP_ALT_PATH | IBV_QP_ACCESS_FLAGS | IBV_QP_PATH_MIG_STATE}};
+         IBV_QP_CUR_STATE | IBV_QP_ALT_PATH | IBV_QP_ACCESS_FLAGS | IBV_QP_PATH_MIG_STATE,
+         IBV_QP_CUR_STATE | QKEY}};
     static const struct transition rts_rts = {
-        RC_UC(0),
+        {RC_UC(0), 0},
         {IBV_QP_CUR_STATE | IBV_QP_ACCESS_FLAGS | IBV_QP_ALT_PATH | IBV_QP_PATH_MIG_STATE |
                  IBV_QP_MIN_RNR_TIMER,
-         IBV_QP_CUR_STATE | IBV_QP_ACCESS_FLAGS | IBV_QP_ALT_PATH | IBV_QP_PATH_MIG_STATE}};
-    static const struct transition rts_sqd = {RC_UC(0), RC_UC(IBV_QP_EN_SQD_ASYNC_NOTIFY)};
+         IBV_QP_CUR_STATE | IBV_QP_ACCESS_FLAGS | IBV_QP_ALT_PATH | IBV_QP_PATH_MIG_STATE,
+         IBV_QP_CUR_STATE | QKEY}};
+    static const struct transition rts_sqd = {
+        {RC_UC(0), 0}, {RC_UC(IBV_QP_EN_SQD_ASYNC_NOTIFY), IBV_QP_EN_SQD_ASYNC_NOTIFY}};
     static const struct transition sqd_rts = rts_rts;
     static const struct transition sqd_sqd = {
-        RC_UC(0),
+        {RC_UC(0), 0},
         {IBV_QP_AV | IBV_QP_ALT_PATH | IBV_QP_ACCESS_FLAGS | IBV_QP_PKEY_INDEX |
                  IBV_QP_MIN_RNR_TIMER | IBV_QP_MAX_QP_RD_ATOMIC | IBV_QP_MAX_DEST_RD_ATOMIC |
                  IBV_QP_PATH_MIG_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY,
          IBV_QP_AV | IBV_QP_ALT_PATH | IBV_QP_ACCESS_FLAGS | IBV_QP_PKEY_INDEX |
-                 IBV_QP_PATH_MIG_STATE}};
-    static const struct transition sqe_rts = {
-        RC_UC(0), {-1, IBV_QP_CUR_STATE | IBV_QP_ACCESS_FLAGS}};        /* SQE: UC only */
-    static const struct transition any_reset_err = {RC_UC(0), RC_UC(0)};
+                 IBV_QP_PATH_MIG_STATE,
+         IBV_QP_PKEY_INDEX | QKEY}};
+    static const struct transition sqe_rts = {      /* SQE: UC and UD only */
+        {RC_UC(0), 0}, {-1, IBV_QP_CUR_STATE | IBV_QP_ACCESS_FLAGS, IBV_QP_CUR_STATE | QKEY}};
+    static const struct transition any_reset_err = {{RC_UC(0), 0}, {RC_UC(0), 0}};
 
     if (next == IBV_QPS_RESET || next == IBV_QPS_ERR)
         return &any_reset_err;
@@ -406,6 +423,8 @@ int sn_modify_qp(struct ibv_qp *ibqp, struct ibv_qp_attr *attr, int mask)
         qp->e.retry_cnt = attr->retry_cnt;
     if (mask & IBV_QP_RNR_RETRY)
         qp->e.rnr_retry = attr->rnr_retry;
+    if (mask & IBV_QP_QKEY)
+        qp->e.qkey = attr->qkey;
 
     switch (next) {
     case IBV_QPS_RESET:
@@ -465,6 +484,7 @@ int sn_query_qp(struct ibv_qp *ibqp, struct ibv_qp_attr *a, int mask, struct ibv
     a->rq_psn = e->exp_psn ? e->exp_psn : e->rq_psn_init;
     a->sq_psn = a->qp_state == IBV_QPS_RTS ? e->next_psn : e->sq_psn_init;
     a->dest_qp_num = e->dest_qpn;
+    a->qkey = e->qkey;
     a->qp_access_flags = e->access;
     a->cap.max_send_wr = qp->sq_max_post;
     a->cap.max_recv_wr = qp->srq ? 0 : qp->rq_max_post;

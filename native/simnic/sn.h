@@ -180,6 +180,7 @@ struct sn_qp {
 struct sn_ah {
     struct ibv_ah ibah;
     struct ibv_ah_attr attr;
+    struct mlx5_wqe_av av;          /* what UD WQEs carry in their datagram segment */
 };
 
 /* ---- devices (mlx5_dev.c) ---------------------------------------------------------------- */

@@ -135,8 +135,9 @@ struct sn_esrq {
 struct sn_sge {
     uint64_t addr;
     uint32_t len;
-    uint32_t lkey;
+    uint32_t lkey;                  /* SN_INLINE_LKEY: addr is the engine's copy of inline data */
 };
+#define SN_INLINE_LKEY MLX5_INVALID_LKEY    /* never a memory key */
 
 /* A send WQE as read from the SQ once, kept until it completes (retransmission, READ and
  * atomic results need it). */
@@ -147,7 +148,7 @@ struct sn_swqe {
     uint8_t opcode;                 /* MLX5_OPCODE_* */
     uint8_t fm_ce_se;
     uint8_t nsge;
-    uint8_t inl;                    /* payload is inline (sge[0].addr points at the copy) */
+    uint8_t inl;                    /* one of the sges is the WQE's inline data */
     uint8_t err;                    /* local error syndrome found when parsing, 0 if none */
     uint8_t acked;
     uint16_t pad;
@@ -160,6 +161,14 @@ struct sn_swqe {
     uint32_t npsn;
     uint32_t got;                   /* READ: bytes of response received */
     uint64_t orig;                  /* ATOMIC: returned value */
+    /* UD: the address vector of the WQE's datagram segment */
+    uint32_t ud_dqpn;
+    uint32_t ud_qkey;
+    uint16_t ud_dlid;
+    uint8_t ud_grh;                 /* the AV asks for a global route header */
+    uint8_t ud_tclass, ud_hop_limit;
+    uint32_t ud_flow_label;
+    uint8_t ud_dgid[16];
     struct sn_sge sge[];
 };
 
@@ -173,11 +182,11 @@ struct sn_rwqe {
 
 struct sn_peer;
 
-enum { SN_QPT_RC = 0, SN_QPT_UC = 1 };
+enum { SN_QPT_RC = 0, SN_QPT_UC = 1, SN_QPT_UD = 2 };
 
 struct sn_eqp {
     uint32_t qpn;
-    uint8_t type;                   /* SN_QPT_RC / SN_QPT_UC */
+    uint8_t type;                   /* SN_QPT_RC / SN_QPT_UC / SN_QPT_UD */
     uint8_t devx;
     uint8_t sq_signal_all;
     _Atomic int state;              /* IBV_QPS_*: the engine's (hardware) state */
@@ -226,6 +235,7 @@ struct sn_eqp {
     uint8_t max_rd_atomic, max_dest_rd_atomic;
     unsigned access;                /* IBV_ACCESS_REMOTE_* accepted as responder */
     uint32_t sq_psn_init, rq_psn_init;
+    uint32_t qkey;                  /* UD: datagrams with another Q_Key are dropped */
     struct sn_peer *peer;
 
     /* responder */
@@ -233,6 +243,7 @@ struct sn_eqp {
     uint8_t nak_wait;               /* dropped a message: wait for its retransmission */
     uint8_t in_active;              /* a multi-fragment message is being received */
     uint8_t in_type, in_opcode;
+    uint8_t in_se;                  /* the message asks for a solicited event */
     uint32_t in_psn, in_total, in_got, in_imm;
     uint64_t in_raddr;
     uint32_t in_rkey;               /* looked up again per fragment: the MR may go away */
@@ -306,6 +317,7 @@ struct sn_engine {
     /* counters, printed at exit with SIMNIC_DEBUG=1 */
     uint64_t n_wqes, n_msgs_tx, n_msgs_rx, n_cqes, n_sleeps, n_bad_doorbells, n_errors;
     uint64_t n_assists;
+    uint64_t n_ud_dropped;          /* datagrams dropped: no receive, Q_Key, MTU, no port */
     uint32_t n_gpu_objects;         /* queues in CUDA memory: no polling assist */
 };
 
@@ -357,7 +369,11 @@ void sn_cqe_req(struct sn_engine *eng, struct sn_eqp *q, const struct sn_swqe *w
                 uint8_t syndrome);
 void sn_cqe_resp(struct sn_engine *eng, struct sn_eqp *q, uint8_t op, uint32_t byte_cnt,
                  uint32_t imm, uint16_t wqe_counter, uint8_t syndrome, uint16_t slid,
-                 uint32_t src_qpn);
+                 uint32_t src_qpn, int solicited);
+/* a UD receive: the sender's address, and bit 0 of GRH: a global route header came with it */
+void sn_cqe_resp_ud(struct sn_engine *eng, struct sn_eqp *q, uint8_t op, uint32_t byte_cnt,
+                    uint32_t imm, uint16_t wqe_counter, uint16_t slid, uint32_t src_qpn, int grh,
+                    int solicited);
 void sn_ecq_arm(struct sn_engine *eng, struct sn_ecq *cq, uint32_t word);
 void sn_async_event(struct sn_engine *eng, struct sn_eqp *q, enum ibv_event_type type);
 

@@ -24,6 +24,9 @@ enum sn_msg_type {
     SN_MSG_WRITE = 2,       /* RDMA_WRITE, RDMA_WRITE_IMM */
     SN_MSG_READ = 3,        /* RDMA_READ request */
     SN_MSG_ATOMIC = 4,      /* ATOMIC_CS / ATOMIC_FA */
+    SN_MSG_UD = 5,          /* a UD datagram (SEND, SEND_IMM): rkey carries the Q_Key; with a
+                             * GRH, raddr = SN_UD_GRH | tclass << 32 | hop limit << 24 | flow
+                             * label and arg0/arg1 the sender's GID; nothing answers it */
     /* responses */
     SN_MSG_ACK = 16,        /* everything up to and including psn was executed */
     SN_MSG_NAK = 17,        /* syndrome: SN_NAK_*; psn: the request refused */
@@ -31,9 +34,12 @@ enum sn_msg_type {
     SN_MSG_ATOMIC_RESP = 19, /* arg0: the original value */
 };
 
+#define SN_UD_GRH (1ull << 63)
+
 enum sn_msg_flags {
     SN_FIRST = 1,
     SN_LAST = 2,
+    SN_SE = 4,              /* solicited event: the WQE asked for one (MLX5_WQE_CTRL_SOLICITED) */
 };
 
 /* NAK reasons (the IB AETH NAK codes, named for the completion they cause) */
