@@ -1,6 +1,6 @@
 """Debian's libfabric 1.17 tools (libfabric-bin), unmodified, on the emulated NIC: fi_info lists
 the verbs provider's endpoints on mlx5_0, and fi_pingpong's msg and rdm endpoints (connected
-through the emulated librdmacm) pass their own data checks between two processes."""
+through the emulated librdmacm) and dgram endpoints (UD QPs) pass their own data checks between two processes."""
 import re
 import subprocess
 import time
@@ -52,7 +52,7 @@ def _entries(out: str):
                       r"\s+type: (\S+)\n\s+protocol: (\S+)", out)
 
 
-def test_fi_info_lists_msg_and_rdm(nic_env):
+def test_fi_info_lists_msg_rdm_and_dgram(nic_env):
     r = run(["fi_info", "-p", "verbs"], nic_env, timeout=30)
     assert r.rc == 0, r.out + r.err
     entries = _entries(r.out)
@@ -60,11 +60,12 @@ def test_fi_info_lists_msg_and_rdm(nic_env):
     assert ("verbs;ofi_rxm", "mlx5_0", "FI_EP_RDM", "FI_PROTO_RXM") in entries, r.out
     assert entries.count(("verbs", "mlx5_0", "FI_EP_MSG", "FI_PROTO_RDMA_CM_IB_RC")) == 1
     # every entry is the emulated device's, its fabric named by the port's GID subnet prefix
-    assert {e[1] for e in entries} == {"mlx5_0"}
+    assert ("verbs", "mlx5_0-dgram", "FI_EP_DGRAM", "FI_PROTO_IB_UD") in entries, r.out
+    assert {e[1] for e in entries} == {"mlx5_0", "mlx5_0-dgram"}
     assert set(re.findall(r"fabric: (\S+)", r.out)) == {"IB-0xfe80000000000000"}
 
 
-@pytest.mark.parametrize("ep_type", ["msg", "rdm"])
+@pytest.mark.parametrize("ep_type", ["msg", "rdm", "dgram"])
 def test_fi_pingpong(ep_type, nic_env):
     srv, cli = _pingpong(nic_env, ep_type, 4096, 50)
     for res in (srv, cli):
