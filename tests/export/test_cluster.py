@@ -142,3 +142,22 @@ def test_export_and_sql_within_a_small_descriptor_limit(job, tmp_path):
     r = cli("sql", "--parquet", out, "SELECT count(DISTINCT rank) AS n FROM ops", "--format", "json", limit_files=40)
     assert r.returncode == 0, r.stderr
     assert json.loads(r.stdout) == [{"n": RANKS}]
+
+
+def test_a_wide_matrix_is_listed_by_its_largest_cells(job, tmp_path):
+    # 32 QPs: more columns than a table can show; the cells are listed, largest first, and the
+    # JSON keeps the whole matrix
+    r = cli("matrix", *job, "--by", "qp", "--json", tmp_path / "m.json")
+    assert r.returncode == 0, r.stderr
+    m = json.loads((tmp_path / "m.json").read_text())
+    assert len(m["labels"]) == 2 * RANKS and len(m["cells"]) == 2 * RANKS
+    lines = r.stdout.splitlines()
+    assert lines[0].strip() == f"bytes (ops) by qp: the {2 * RANKS} largest of {2 * RANKS} cells among {2 * RANKS} qps"
+    listed = [[c.strip() for c in line.split("│")] for line in lines if "│" in line]
+    want = sorted(m["cells"], key=lambda c: (-c["bytes"], -c["ops"], c["src"], c["dst"]))
+    assert [(src, dst, ops.split("(")[1].rstrip(")")) for src, dst, ops in listed] == \
+        [(c["src"], c["dst"], f"{c['ops']:,}") for c in want]
+    assert lines[-1] == f"total: {m['total_bytes']:,} bytes in {m['total_ops']:,} operations"
+    # a matrix of 16 labels or fewer is still the table
+    r = cli("matrix", *job, "--by", "process", "--json", tmp_path / "p.json")
+    assert r.returncode == 0 and r.stdout.splitlines()[0].strip() == "bytes (ops) by process: rows send to columns"
