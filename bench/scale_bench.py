@@ -72,7 +72,7 @@ def measure(base: Path, ranks: int, records: int, per_node: int, reuse: bool) ->
         (job / "ready").write_text("")
         print(f"  {ranks} ranks generated in {time.perf_counter() - t0:.0f} s", file=sys.stderr)
     dirs = [str(rank_dir(job, r)) for r in range(ranks)]
-    stream_bytes = sum(f.stat().st_size for d in dirs for f in Path(d).rglob("*.bin"))
+    stream_bytes = sum(f.stat().st_size for d in dirs for f in Path(d).glob("p*/streams/*.bin"))
     work = base / f"out-{ranks}"
     shutil.rmtree(work, ignore_errors=True)
     work.mkdir()
@@ -90,10 +90,12 @@ def measure(base: Path, ranks: int, records: int, per_node: int, reuse: bool) ->
     res["matrix"] = run(st + ["matrix", *dirs, "--by", "node", "--json", str(work / "matrix.json")])
     m = json.loads((work / "matrix.json").read_text())
     proc = json.loads((work / "export" / "sigmatrace-tables.json").read_text())
+    import pyarrow.parquet as pq
+    records = sum(pq.read_table(work / "export" / "processes.parquet", columns=["records"])["records"].to_pylist())
     for r in res.values():
         del r["stdout"]
     shutil.rmtree(work, ignore_errors=True)
-    return {"ranks": ranks, "records": int(proc["rows"]["ops"]) + int(proc["rows"]["doorbells"]),
+    return {"ranks": ranks, "records": records, "rows": int(proc["rows"]["ops"]) + int(proc["rows"]["doorbells"]),
             "stream_bytes": stream_bytes, "group_rows": len(rows), "nodes": len(m["labels"]),
             "matrix_ops": m["total_ops"], "commands": res}
 
@@ -124,7 +126,8 @@ def main() -> None:
     print(f"\n{os.cpu_count()} CPUs; load average {load0[0]:.2f} {load0[1]:.2f} {load0[2]:.2f} at the start, "
           f"{load1[0]:.2f} {load1[1]:.2f} {load1[2]:.2f} at the end")
     for r in results:
-        print(f"{r['ranks']:5} ranks: {r['records'] / 1e6:7.2f} M records, {r['stream_bytes'] / 1e9:6.2f} GB of streams, "
+        print(f"{r['ranks']:5} ranks: {r['records'] / 1e6:7.2f} M records ({r['rows'] / 1e6:.2f} M rows in ops and doorbells), "
+              f"{r['stream_bytes'] / 1e9:6.2f} GB of streams, "
               f"{r['nodes']} nodes, GROUP BY {r['group_rows']:,} rows, matrix {r['matrix_ops']:,} ops")
     print(f"\n{'command':10} {'ranks':>6} {'wall s':>8} {'CPU s':>8} {'s/GB':>7} {'s/M rec':>8} {'peak RSS':>10}")
     for c in COMMANDS:
