@@ -104,7 +104,7 @@ def test_rich_report_says_the_controller_was_lost(tmp_path):
 def test_cold_cut_at_a_line_and_clock_notes_as_the_export_sees_them(tmp_path):
     """A cold.jsonl cut at a line boundary (the live block counts its events) and a calibration
     triple going back in realtime: the report lists both, as the export does."""
-    from sigmatrace.correlate.correlator import Correlator
+    from sigmatrace.correlate.model import RunModel
     t, dirs = build_two_nodes(tmp_path / "run")
     cold = dirs[0] / "p4242" / "cold.jsonl"
     lines = cold.read_bytes().splitlines(keepends=True)
@@ -121,7 +121,7 @@ def test_cold_cut_at_a_line_and_clock_notes_as_the_export_sees_them(tmp_path):
             f"{len(lines) - 3} lines are here (3 missing)",
             f"{dirs[0] / 'p4242'}: calibration triple at tsc {recs['ts'][i]} goes back in realtime; dropped"]
     assert [p for p in rep["problems"] if p in want] == want
-    exported = {str(p) for p in Correlator([dirs[0]]).problems}
+    exported = {str(p) for p in RunModel.load([dirs[0]]).problems}
     assert exported <= set(rep["problems"])
     assert set(want) <= exported
 
