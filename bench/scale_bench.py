@@ -122,29 +122,37 @@ def main() -> None:
     load0 = os.getloadavg()
     results = [measure(args.dir, n, args.records, args.ranks_per_node, args.reuse) for n in sizes]
     load1 = os.getloadavg()
+    report(results, load0, load1)
+    if args.json:
+        args.json.write_text(json.dumps({"load_start": load0, "load_end": load1, "results": results}, indent=1))
+    if not args.keep:
+        for n in sizes:
+            shutil.rmtree(args.dir / f"job-{n}", ignore_errors=True)
 
+
+def report(results: list[dict], load0, load1) -> None:
     print(f"\n{os.cpu_count()} CPUs; load average {load0[0]:.2f} {load0[1]:.2f} {load0[2]:.2f} at the start, "
           f"{load1[0]:.2f} {load1[1]:.2f} {load1[2]:.2f} at the end")
     for r in results:
         print(f"{r['ranks']:5} ranks: {r['records'] / 1e6:7.2f} M records ({r['rows'] / 1e6:.2f} M rows in ops and doorbells), "
               f"{r['stream_bytes'] / 1e9:6.2f} GB of streams, "
               f"{r['nodes']} nodes, GROUP BY {r['group_rows']:,} rows, matrix {r['matrix_ops']:,} ops")
-    print(f"\n{'command':10} {'ranks':>6} {'wall s':>8} {'CPU s':>8} {'s/GB':>7} {'s/M rec':>8} {'peak RSS':>10}")
+    # per GB and per M records, against wall time and against the command's CPU time (the
+    # figure that holds on a shared machine)
+    print(f"\n{'command':10} {'ranks':>6} {'wall s':>8} {'CPU s':>8} {'wall s/GB':>10} {'CPU s/GB':>9} "
+          f"{'CPU s/M rec':>12} {'peak RSS':>10}")
     for c in COMMANDS:
         for r in results:
             x = r["commands"][c]
             gb, mrec = r["stream_bytes"] / 1e9, r["records"] / 1e6
-            print(f"{c:10} {r['ranks']:6} {x['wall_s']:8.2f} {x['cpu_s']:8.2f} {x['wall_s'] / gb:7.2f} "
-                  f"{x['wall_s'] / mrec:8.3f} {x['peak_rss'] / 2**20:7.0f} MB")
+            print(f"{c:10} {r['ranks']:6} {x['wall_s']:8.2f} {x['cpu_s']:8.2f} {x['wall_s'] / gb:10.2f} "
+                  f"{x['cpu_s'] / gb:9.2f} {x['cpu_s'] / mrec:12.3f} {x['peak_rss'] / 2**20:7.0f} MB")
         if len(results) > 1:
             gbs = [r["stream_bytes"] / 1e9 for r in results]
+            mrecs = [r["records"] / 1e6 for r in results]
+            cpu = [r["commands"][c]["cpu_s"] for r in results]
             print(f"{'':10} slope {slope(gbs, [r['commands'][c]['wall_s'] for r in results]):.2f} s/GB wall, "
-                  f"{slope(gbs, [r['commands'][c]['cpu_s'] for r in results]):.2f} s/GB CPU")
-    if args.json:
-        args.json.write_text(json.dumps({"load_start": load0, "load_end": load1, "results": results}, indent=1))
-    if not args.keep:
-        for n in sizes:
-            shutil.rmtree(args.dir / f"job-{n}", ignore_errors=True)
+                  f"{slope(gbs, cpu):.2f} s/GB CPU, {slope(mrecs, cpu):.3f} CPU s/M records")
 
 
 if __name__ == "__main__":
