@@ -12,6 +12,7 @@ from pathlib import Path
 
 import duckdb
 import numpy as np
+import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
@@ -161,3 +162,28 @@ def test_a_wide_matrix_is_listed_by_its_largest_cells(job, tmp_path):
     # a matrix of 16 labels or fewer is still the table
     r = cli("matrix", *job, "--by", "process", "--json", tmp_path / "p.json")
     assert r.returncode == 0 and r.stdout.splitlines()[0].strip() == "bytes (ops) by process: rows send to columns"
+
+
+def test_tables_of_the_single_file_layout_are_read_and_rebuilt(job, tmp_path):
+    # tables as earlier versions wrote them: ops.parquet and doorbells.parquet, no layout in the marker
+    out = tmp_path / "tables"
+    assert cli("export", *job[:8], "--parquet", out, "-q").returncode == 0
+    for t in ("ops", "doorbells"):
+        parts = [pq.ParquetFile(f).read() for f in sorted((out / t).rglob("*.parquet"))]   # the files alone
+        pq.write_table(pa.concat_tables(parts), out / f"{t}.parquet")
+        for f in sorted((out / t).rglob("*"), reverse=True):
+            f.unlink() if f.is_file() else f.rmdir()
+        (out / t).rmdir()
+    marker = json.loads((out / "sigmatrace-tables.json").read_text())
+    del marker["layout"], marker["partitions"]
+    (out / "sigmatrace-tables.json").write_text(json.dumps(marker))
+    q = "SELECT pid, count(*) AS n FROM ops GROUP BY ALL ORDER BY pid"
+    want = [{"pid": pid_of(r), "n": expected_rows(job[r])[0]} for r in range(8)]
+    r = cli("sql", "--parquet", out, q, "--format", "json")
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout) == want
+    # given the traces, the same directory is built anew in the partitioned layout
+    r = cli("sql", *job[:8], q, "--parquet", out, "--format", "json")
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout) == want
+    assert not (out / "ops.parquet").exists() and len(list((out / "ops").rglob("*.parquet"))) == 8
