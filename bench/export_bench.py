@@ -110,7 +110,7 @@ def measure(kind: str, dirs: list[str], out: Path, chunk: int | None) -> dict:
     rss = peak_rss()
     size = 0
     if kind == "parquet":
-        size = sum(f.stat().st_size for f in (out / "tables").iterdir())
+        size = sum(f.stat().st_size for f in (out / "tables").rglob("*.parquet"))     # partitions too
     elif kind == "perfetto":
         size = (out / "trace.pftrace").stat().st_size
     return {"kind": kind, "records": records, "wall_s": wall, "cpu_s": cpu, "peak_rss": rss, "output_bytes": size}

@@ -62,14 +62,59 @@ def matrix(
 
 
 def _show(m, by: By, json_out: Path | None, png: Path | None, metric: Metric, err: Console) -> None:
-    """The matrix as a table on stdout, and into the files asked for."""
-    from rich.table import Table
-
-    from ..correlate.matrix import UNRESOLVED
-    from ..export.heatmap import draw, human_bytes
+    """The matrix as a table on stdout (its largest cells when it is wide), and into the files
+    asked for."""
+    from ..export.heatmap import draw
     from ..export.outfile import write_json_output
 
     out = Console()
+    if len(m.labels) > MAX_TABLE_LABELS:
+        _show_largest(m, by, out, err)
+    else:
+        _show_table(m, by, out)
+    out.print(f"total: {m.total_bytes:,} bytes in {m.total_ops:,} operations", soft_wrap=True)
+    if json_out is not None:
+        write_json_output(json_out, m.to_json())
+        err.print(f"matrix written to {json_out}")
+    if png is not None:
+        draw(m, png, metric.value)
+        err.print(f"heatmap written to {png}")
+
+
+# A matrix wider than this is listed by its largest cells: a table of a thousand ranks' columns is
+# neither readable nor quick to lay out (--json and --png have the whole matrix)
+MAX_TABLE_LABELS = 16
+LARGEST_CELLS = 40
+
+
+def _show_largest(m, by: By, out: Console, err: Console) -> None:
+    import numpy as np
+    from rich.table import Table
+
+    from ..correlate.matrix import UNRESOLVED
+    from ..export.heatmap import human_bytes
+
+    cells = [(int(m.bytes[i, j]), int(m.ops[i, j]), m.labels[i], m.labels[j]) for i, j in zip(*np.nonzero(m.ops + m.bytes))]
+    cells += [(b, o, src, UNRESOLVED) for src, (o, b) in m.unresolved.items()]
+    cells.sort(key=lambda c: (-c[0], -c[1], c[2], c[3]))
+    t = Table(title=f"bytes (ops) by {by.value}: the {min(len(cells), LARGEST_CELLS)} largest of {len(cells):,} "
+                    f"cells among {len(m.labels):,} {by.value}s", title_justify="left", show_edge=False)
+    t.add_column("source", overflow="fold")
+    t.add_column("destination", overflow="fold")
+    t.add_column("bytes (ops)", justify="right")
+    for b, o, src, dst in cells[:LARGEST_CELLS]:
+        t.add_row(src, dst, f"{human_bytes(b)} ({o:,})")
+    out.print(t)
+    if len(cells) > LARGEST_CELLS:
+        err.print(f"{len(cells) - LARGEST_CELLS:,} more cells: --json OUT or --png OUT has the whole matrix")
+
+
+def _show_table(m, by: By, out: Console) -> None:
+    from rich.table import Table
+
+    from ..correlate.matrix import UNRESOLVED
+    from ..export.heatmap import human_bytes
+
     t = Table(title=f"bytes (ops) by {by.value}: rows send to columns", title_justify="left", show_edge=False)
     t.add_column("source \\ destination", overflow="fold")
     for lab in m.labels:
@@ -87,10 +132,3 @@ def _show(m, by: By, json_out: Path | None, png: Path | None, metric: Metric, er
         tot_o = int(m.ops[i].sum()) + (un[0] if un else 0)
         t.add_row(lab, *cells, f"{human_bytes(tot_b)} ({tot_o:,})")
     out.print(t)
-    out.print(f"total: {m.total_bytes:,} bytes in {m.total_ops:,} operations", soft_wrap=True)
-    if json_out is not None:
-        write_json_output(json_out, m.to_json())
-        err.print(f"matrix written to {json_out}")
-    if png is not None:
-        draw(m, png, metric.value)
-        err.print(f"heatmap written to {png}")

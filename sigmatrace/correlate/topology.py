@@ -226,14 +226,12 @@ class Topology:
         contradicted by any address or remote number known on either side, and confirmed by as
         many of them as possible.  Ties stay unresolved (and reported); a QP claimed by several
         others keeps only the one it names itself."""
-        by_qpn: dict[int, list[int]] = defaultdict(list)
-        for i, q in enumerate(self.qps):
-            by_qpn[q.qpn].append(i)
+        candidates = _Candidates(self.qps)
         for i, q in enumerate(self.qps):
             if q.dest_qpn is None or q.peer >= 0:
                 continue
             scored = []
-            for j in by_qpn.get(q.dest_qpn, []):
+            for j in candidates.of(q):
                 if j == i:
                     continue
                 r = self.qps[j]
@@ -316,3 +314,36 @@ class Topology:
         if not len(self.peer):
             return np.full(len(ep), -1, np.int64)
         return np.where(ep >= 0, self.peer[np.maximum(ep, 0)], -1)
+
+
+class _Candidates:
+    """The QPs that may be a QP's peer: those with its remote number whose port address does not
+    contradict where it was connected (Topology._addressed).  Indexed by (number, GID) and
+    (number, LID), so that a job whose every rank numbers its QPs alike (thousands of QPs with one
+    number) is not searched QP by QP."""
+
+    def __init__(self, qps: list[QpInfo]):
+        self.by_gid: dict[tuple[int, str], list[int]] = defaultdict(list)
+        self.no_gid: dict[int, list[int]] = defaultdict(list)
+        self.by_lid: dict[tuple[int, int], list[int]] = defaultdict(list)
+        self.no_lid: dict[int, list[int]] = defaultdict(list)
+        self.by_qpn: dict[int, list[int]] = defaultdict(list)
+        self.qps = qps
+        for i, r in enumerate(qps):
+            self.by_qpn[r.qpn].append(i)
+            (self.by_gid[(r.qpn, r.gid)] if r.gid is not None else self.no_gid[r.qpn]).append(i)
+            (self.by_lid[(r.qpn, r.lid)] if r.lid else self.no_lid[r.qpn]).append(i)
+
+    def of(self, q: QpInfo) -> list[int]:
+        """In index order, like a scan of every QP would find them."""
+        n = q.dest_qpn
+        if q.dgid is not None:
+            # a candidate with a GID must have q's; one without is compared by LID (when both have one)
+            out = self.by_gid.get((n, q.dgid), []) + [j for j in self.no_gid.get(n, ())
+                                                      if not (q.dlid and self.qps[j].lid) or self.qps[j].lid == q.dlid]
+        elif q.dlid:
+            out = self.by_lid.get((n, q.dlid), []) + self.no_lid.get(n, [])
+        else:
+            return self.by_qpn.get(n, [])
+        return sorted(out)
+

@@ -33,7 +33,8 @@ FORMATS = (
     OutputFormat("perfetto", ("--perfetto", "-p"), "OUT.pftrace", "Write a Perfetto protobuf trace.",
                  "sigmatrace.export.perfetto:PerfettoOutput"),
     OutputFormat("parquet", ("--parquet",), "DIR",
-                 "Write Parquet tables (ops, doorbells, calls, qps, mrs, processes, problems).",
+                 "Write Parquet tables (ops, doorbells: partitioned by node and rank; calls, qps, mrs, processes, "
+                 "problems).",
                  "sigmatrace.export.parquet:ParquetOutput"),
     OutputFormat("json", ("--json",), "OUT.json", "Write aggregate JSON (per-QP and per-GPU volume, matrices).",
                  "sigmatrace.export.json:JsonOutput"),

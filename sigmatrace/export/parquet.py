@@ -1,8 +1,12 @@
-"""Parquet tables of a trace, for SQL (sigmatrace sql) and any dataframe tool.
+"""Parquet tables of a trace, for SQL (sigmatrace sql), any dataframe tool and cluster engines.
 
-DIR/ops.parquet, doorbells.parquet, calls.parquet, qps.parquet, mrs.parquet, processes.parquet
-and problems.parquet; docs/export.md gives every column.  ops and doorbells are written a row
-group at a time as the records stream by; the small tables at the end.  Timestamps are
+The big tables, ops and doorbells, are partitioned the Hive way, one file per process:
+DIR/ops/node=<host>/rank=<rank>/part-p<pid>.parquet (Spark, Trino, DuckDB, Polars and Arrow
+datasets read the directory as one table with `node` and `rank` columns).  They are written a row
+group at a time as the records stream by, one process after the other, so one file per table is
+open at a time whatever the number of ranks.  The small tables are one file each, written at the
+end: DIR/calls.parquet, qps.parquet, mrs.parquet, processes.parquet, problems.parquet.
+docs/export.md gives every column.  Timestamps are
 CLOCK_REALTIME ns (int64), like every export.  What belongs to a QP (its GPU, its peer) is in
 qps only, once, rather than in every row: `sigmatrace sql` joins it into its ops and doorbells
 views (host, pid, qpn), so the big tables stay narrow and fast to write.
@@ -12,7 +16,11 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
+import shutil
+import stat
 from pathlib import Path
+from urllib.parse import quote
 
 import numpy as np
 import pyarrow as pa
@@ -26,11 +34,15 @@ from ..correlate.traceset import Proc
 from ..decode import names as N
 from ..trace import format as fmt
 from ..trace.reader import Problem
-from .outfile import open_output, output_dir, write_json_output
+from .outfile import OutputError, open_output, output_dir, output_error, write_json_output
 
 RT = fmt.RecType
 MARKER = "sigmatrace-tables.json"      # written last: the tables are complete
 TABLES = ("ops", "doorbells", "calls", "qps", "mrs", "processes", "problems")
+PARTITIONED = ("ops", "doorbells")     # DIR/<table>/node=<host>/rank=<rank>/part-<process>.parquet
+LAYOUT = "hive-node-rank"              # in the marker: what DIR holds
+NULL_PARTITION = "__HIVE_DEFAULT_PARTITION__"   # Hive's name for a null value (a process without a rank)
+_PART_FILE = re.compile(r"part-[A-Za-z0-9._-]+\.parquet")
 
 KINDS = ["post_send", "send_wr", "recv_wr", "srq_recv_wr", "completion", "wqe", "wqe_loss", "cxi_cmd"]
 _KIND_OF_TYPE = np.full(256, -1, np.int8)
@@ -109,32 +121,50 @@ class ParquetOutput(Output):
     def begin(self, model: RunModel) -> None:
         self.model = model
         output_dir(self.dir)
-        self.files: list = []          # our handles on the files the writers write (closed at the end)
+        for t in PARTITIONED:
+            _fresh_table_dir(self.dir / t)
         self.hosts = sorted({p.host for p in model.procs})
         self.host_dict = pa.array(self.hosts, pa.string())
         self.host_idx = {h: i for i, h in enumerate(self.hosts)}
         self.kind_dict = pa.array(KINDS, pa.string())
         self.op_dict = pa.array(OP_NAMES, pa.string())
         self.status_dict = pa.array(STATUS_NAMES, pa.string())
-        self.writers: dict[str, pq.ParquetWriter] = {}
+        self.part_names = _part_names(model.procs)
+        self.partitions: dict[str, dict[str, int]] = {t: {} for t in PARTITIONED}   # file -> rows
+        self.current: dict[str, tuple[Proc, pq.ParquetWriter, object] | None] = {t: None for t in PARTITIONED}
         self.pending: dict[str, list[pa.RecordBatch]] = {"ops": [], "doorbells": []}
         self.pending_rows = {"ops": 0, "doorbells": 0}
 
     # ---- streamed tables -----------------------------------------------------------------------
 
-    def _writer(self, table: str, schema: pa.Schema) -> pq.ParquetWriter:
-        w = self.writers.get(table)
-        if w is None:
-            f = open_output(self.dir / f"{table}.parquet")
-            self.files.append(f)
-            w = pq.ParquetWriter(f, schema, compression=self.compression,
-                                 use_dictionary=[c for c in _DICT_COLUMNS if c in schema.names],
-                                 column_encoding={c: "BYTE_STREAM_SPLIT" for c in _SPLIT_COLUMNS if c in schema.names},
-                                 write_statistics=_STATS_COLUMNS, data_page_version="2.0")
-            self.writers[table] = w
-        return w
+    def _open(self, table: str, schema: pa.Schema, p: Proc) -> tuple[Proc, pq.ParquetWriter, object]:
+        rel = self.part_names[p.index]
+        path = self.dir / table / rel
+        d = output_dir(self.dir / table)
+        for part in rel.split("/")[:-1]:       # node=..., rank=...: made by us, owner-only
+            d = output_dir(d / part)
+        f = open_output(path)
+        w = pq.ParquetWriter(f, schema, compression=self.compression,
+                             use_dictionary=[c for c in _DICT_COLUMNS if c in schema.names],
+                             column_encoding={c: "BYTE_STREAM_SPLIT" for c in _SPLIT_COLUMNS if c in schema.names},
+                             write_statistics=_STATS_COLUMNS, data_page_version="2.0")
+        self.partitions[table][rel] = 0
+        return (p, w, f)
 
-    def _append(self, table: str, schema: pa.Schema, rb: pa.RecordBatch) -> None:
+    def _close(self, table: str, schema: pa.Schema) -> None:
+        """Finish the table's file of the current process."""
+        self._flush(table, schema)
+        cur = self.current[table]
+        if cur is not None:
+            cur[1].close()
+            cur[2].close()
+            self.current[table] = None
+
+    def _append(self, table: str, schema: pa.Schema, rb: pa.RecordBatch, p: Proc) -> None:
+        cur = self.current[table]
+        if cur is None or cur[0] is not p:       # the stream has moved on to the next process
+            self._close(table, schema)
+            self.current[table] = self._open(table, schema, p)
         self.pending[table].append(rb)
         self.pending_rows[table] += rb.num_rows
         if self.pending_rows[table] >= self.row_group:
@@ -144,8 +174,10 @@ class ParquetOutput(Output):
         if not self.pending[table]:
             return
         t = pa.Table.from_batches(self.pending[table], schema)
-        self._writer(table, schema).write_table(t, row_group_size=max(t.num_rows, 1))
+        p, w, _ = self.current[table]
+        w.write_table(t, row_group_size=max(t.num_rows, 1))
         self.rows[table] += t.num_rows
+        self.partitions[table][self.part_names[p.index]] += t.num_rows
         self.pending[table] = []
         self.pending_rows[table] = 0
 
@@ -204,7 +236,7 @@ class ParquetOutput(Output):
         else:
             cols["doorbell_ns"] = pa.array(b["db_ns"], mask=~has_db)
             cols["wqe_index"] = pa.array(aux32)
-        self._append("ops", OPS_SCHEMA, pa.RecordBatch.from_arrays([cols[f.name] for f in OPS_SCHEMA], schema=OPS_SCHEMA))
+        self._append("ops", OPS_SCHEMA, pa.RecordBatch.from_arrays([cols[f.name] for f in OPS_SCHEMA], schema=OPS_SCHEMA), p)
 
     def doorbells(self, p: Proc, b: Batch) -> None:
         n = b.n
@@ -228,17 +260,19 @@ class ParquetOutput(Output):
             "raw": pa.array(b["extra"]),
         }
         self._append("doorbells", DOORBELLS_SCHEMA,
-                     pa.RecordBatch.from_arrays([cols[f.name] for f in DOORBELLS_SCHEMA], schema=DOORBELLS_SCHEMA))
+                     pa.RecordBatch.from_arrays([cols[f.name] for f in DOORBELLS_SCHEMA], schema=DOORBELLS_SCHEMA), p)
 
     # ---- small tables --------------------------------------------------------------------------
 
     def finish(self, problems: list[Problem]) -> dict:
-        self._flush("ops", OPS_SCHEMA)
-        self._flush("doorbells", DOORBELLS_SCHEMA)
         for name, schema in (("ops", OPS_SCHEMA), ("doorbells", DOORBELLS_SCHEMA)):
-            self._writer(name, schema).close()
-        for f in self.files:
-            f.close()
+            self._close(name, schema)
+            # every process has its partition, empty where it has no rows: a reader of the
+            # directory finds the schema even when no process has any
+            for p in self.model.procs:
+                if self.part_names[p.index] not in self.partitions[name]:
+                    self.current[name] = self._open(name, schema, p)
+                    self._close(name, schema)
         self._small("calls", self._calls())
         self._small("qps", self._qps())
         self._small("mrs", self._mrs())
@@ -248,7 +282,8 @@ class ParquetOutput(Output):
                                           "what": pa.array([pr.what for pr in problems], pa.string())}))
         traces = [str(td.path.resolve()) for td in self.model.traces.dirs]
         marker = {"key": self.key or fingerprint(traces, [self.dir]), "traces": traces,
-                  "sigmatrace_version": __version__, "rows": dict(self.rows)}
+                  "sigmatrace_version": __version__, "rows": dict(self.rows), "layout": LAYOUT,
+                  "partitions": self.partitions}
         write_json_output(self.dir / MARKER, marker, indent=2, sort_keys=True)
         return {"format": "parquet", "path": str(self.dir), "rows": dict(self.rows)}
 
@@ -366,6 +401,49 @@ def fingerprint(paths: list[str | os.PathLike], exclude: list[str | os.PathLike]
                 st = os.stat(os.path.join(dirpath, f))
                 h.update(f"{os.path.relpath(os.path.join(dirpath, f), root)}\0{st.st_size}\0{st.st_mtime_ns}\n".encode())
     return h.hexdigest()[:24]
+
+
+def partition_path(host: str, rank: int | None) -> str:
+    """node=<host>/rank=<rank>: the host escaped as Hive escapes partition values."""
+    return f"node={quote(host, safe='-_.') or NULL_PARTITION}/rank={NULL_PARTITION if rank is None else rank}"
+
+
+def _part_names(procs: list[Proc]) -> list[str]:
+    """Each process's file under a partitioned table, by process index: part-p<pid>.parquet (the
+    process directory's name, p<pid>.<n> for a later exec image), made unique where two traces
+    hold the same name."""
+    names, seen = [], set()
+    for p in procs:
+        base = f"{partition_path(p.host, p.rank)}/part-{p.pt.path.name}"
+        name = f"{base}.parquet" if f"{base}.parquet" not in seen else f"{base}-{p.index}.parquet"
+        seen.add(name)
+        names.append(name)
+    return names
+
+
+def _fresh_table_dir(d: Path) -> None:
+    """A partitioned table's directory, empty: one left by an earlier export is removed (only if
+    it holds nothing but our partitions), never through a link."""
+    try:
+        st = os.lstat(d)
+    except FileNotFoundError:
+        return
+    except OSError as e:
+        raise output_error(d, e) from None
+    if stat.S_ISLNK(st.st_mode):
+        raise OutputError(f"cannot write into {d}: it is a symbolic link (not followed)", hint="remove it first")
+    if not stat.S_ISDIR(st.st_mode):
+        raise OutputError(f"cannot write into {d}: it exists and is not a directory", hint="choose another directory")
+    for node in os.scandir(d):
+        ok = node.name.startswith("node=") and node.is_dir(follow_symlinks=False)
+        for rank in os.scandir(node.path) if ok else ():
+            ok = ok and rank.name.startswith("rank=") and rank.is_dir(follow_symlinks=False)
+            for f in os.scandir(rank.path) if ok else ():
+                ok = ok and bool(_PART_FILE.fullmatch(f.name)) and f.is_file(follow_symlinks=False)
+        if not ok:
+            raise OutputError(f"{d} holds files that are not sigmatrace tables ({node.name})",
+                              hint="give a new or empty directory to --parquet")
+    shutil.rmtree(d)
 
 
 def _dict(indices: pa.Array, dictionary: pa.Array) -> pa.DictionaryArray:

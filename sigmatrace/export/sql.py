@@ -20,7 +20,7 @@ from ..correlate.progress import SILENT, Progress
 from ..errors import SigmatraceError, UsageError
 from ..trace.writer import make_dir
 from .outfile import OutputError
-from .parquet import MARKER, TABLES, ParquetOutput, fingerprint
+from .parquet import LAYOUT, MARKER, PARTITIONED, TABLES, ParquetOutput, fingerprint
 
 # what the ops and doorbells views add to their files: the QP's GPU and peer (stored once, in
 # qps) and flags spelled out
@@ -28,9 +28,12 @@ QP_JOIN = ("LEFT JOIN (SELECT host AS q_host, pid AS q_pid, qpn AS q_qpn, gpu, p
            "FROM read_parquet('{qps}')) q ON t.host = q.q_host AND t.pid = q.q_pid AND t.qpn = q.q_qpn")
 VIEWS = {
     "ops": "SELECT t.*, (t.flags & 1) = 1 AS signaled, q.gpu, q.peer_host, q.peer_pid, q.peer_qpn "
-           "FROM read_parquet('{file}') t " + QP_JOIN,
-    "doorbells": "SELECT t.*, q.gpu, q.peer_host, q.peer_pid, q.peer_qpn FROM read_parquet('{file}') t " + QP_JOIN,
+           "FROM {source} t " + QP_JOIN,
+    "doorbells": "SELECT t.*, q.gpu, q.peer_host, q.peer_pid, q.peer_qpn FROM {source} t " + QP_JOIN,
 }
+# a partitioned table: every process's file in one scan, `node` and `rank` from the paths
+PARTITIONED_SOURCE = ("read_parquet('{glob}', hive_partitioning = true, "
+                      "hive_types = {{'node': VARCHAR, 'rank': INTEGER}})")
 
 
 def cache_root() -> Path:
@@ -45,9 +48,10 @@ def tables_ready(directory: Path, key: str | None = None) -> bool:
     if key is None:
         return True
     try:
-        return json.loads(m.read_text()).get("key") == key
+        doc = json.loads(m.read_text())
     except ValueError:
         return False
+    return doc.get("key") == key and doc.get("layout") == LAYOUT    # tables of an older layout: built anew
 
 
 def build_tables(paths: list[str | os.PathLike], directory: Path, progress: Progress = SILENT) -> dict:
@@ -108,22 +112,32 @@ LOCKED_HINT = "sigmatrace sql reads only the trace's tables; --allow-files lets 
 
 
 def connect(directory: Path, allow_files: bool = False):
-    """A DuckDB connection with one view per table.  Unless `allow_files`, the connection is then
-    locked: it reads the tables' files and nothing else (no other file, no ATTACH, no extension
-    installed or loaded, no setting changed back)."""
+    """A DuckDB connection with one view per table (a partitioned table: one view over all its
+    files).  Unless `allow_files`, the connection is then locked: it reads the tables' files and
+    nothing else (no other file, no ATTACH, no extension installed or loaded, no setting changed
+    back)."""
     import duckdb
     con = duckdb.connect()
     qps = str(directory / "qps.parquet").replace("'", "''")
-    files = []
+    files, dirs = [], []
     for t in TABLES:
         f = directory / f"{t}.parquet"
-        if f.exists():
+        part = directory / t
+        if t in PARTITIONED and part.is_dir() and not part.is_symlink():
+            lit = str(part.resolve()).replace("'", "''")
+            dirs.append(f"'{lit}/'")
+            source = PARTITIONED_SOURCE.format(glob=f"{lit}/*/*/*.parquet")
+        elif f.exists():             # one file: tables of earlier versions, and the small ones
             lit = str(f).replace("'", "''")
             files.append(f"'{lit}'")
-            body = VIEWS.get(t, "SELECT * FROM read_parquet('{file}')").format(file=lit, qps=qps)
-            con.execute(f"CREATE VIEW {t} AS {body}")
+            source = f"read_parquet('{lit}')"
+        else:
+            continue
+        body = VIEWS.get(t, "SELECT * FROM {source}").format(source=source, qps=qps)
+        con.execute(f"CREATE VIEW {t} AS {body}")
     if not allow_files:
         con.execute(f"SET allowed_paths = [{', '.join(files)}]")
+        con.execute(f"SET allowed_directories = [{', '.join(dirs)}]")
         con.execute("SET enable_external_access = false")
         con.execute("SET autoinstall_known_extensions = false")
         con.execute("SET autoload_known_extensions = false")

@@ -78,10 +78,31 @@ def test_links_inside_a_parquet_directory_are_refused(dirs, tmp_path):
     out.mkdir()
     victim = tmp_path / "victim"
     victim.write_text("precious\n")
-    (out / "ops.parquet").symlink_to(victim)
+    (out / "qps.parquet").symlink_to(victim)
     r = cli("export", *dirs, "--parquet", out)
-    _one_line_error(r, "ops.parquet", "symbolic link")
+    _one_line_error(r, "qps.parquet", "symbolic link")
     assert victim.read_text() == "precious\n"
+
+
+def test_links_at_a_partitioned_table_are_refused(dirs, tmp_path):
+    # the ops table is a directory of partitions: a link there (to a directory of the user's) is
+    # neither followed nor emptied
+    out = tmp_path / "tables"
+    out.mkdir()
+    victim = tmp_path / "victim"
+    victim.mkdir()
+    (victim / "keep.txt").write_text("precious\n")
+    (out / "ops").symlink_to(victim)
+    r = cli("export", *dirs, "--parquet", out)
+    _one_line_error(r, "ops", "symbolic link")
+    assert [f.name for f in victim.iterdir()] == ["keep.txt"] and (victim / "keep.txt").read_text() == "precious\n"
+    # a directory of the user's at a table's name is not emptied either
+    (out / "ops").unlink()
+    (out / "ops").mkdir()
+    (out / "ops" / "mine.csv").write_text("a\n")
+    r = cli("export", *dirs, "--parquet", out)
+    _one_line_error(r, "ops", "not sigmatrace tables")
+    assert (out / "ops" / "mine.csv").read_text() == "a\n"
 
 
 def test_nothing_we_did_not_create_changes_mode(dirs, tmp_path):
@@ -95,7 +116,11 @@ def test_nothing_we_did_not_create_changes_mode(dirs, tmp_path):
     r = cli("export", *dirs, "--parquet", out, "-q")
     assert r.returncode == 0, r.stderr
     assert stat.S_IMODE(os.stat(out).st_mode) == 0o755 and stat.S_IMODE(os.stat(theirs).st_mode) == 0o644
-    assert stat.S_IMODE(os.stat(out / "ops.parquet").st_mode) == 0o600
+    assert stat.S_IMODE(os.stat(out / "qps.parquet").st_mode) == 0o600
+    [part] = (out / "ops").glob("node=node-a/rank=*/part-*.parquet")
+    assert stat.S_IMODE(os.stat(part).st_mode) == 0o600
+    for d in (out / "ops", part.parent.parent, part.parent):
+        assert stat.S_IMODE(os.stat(d).st_mode) == 0o700, d
     # an existing file overwritten keeps its mode; a new one is owner-only
     pf = tmp_path / "x.pftrace"
     pf.write_text("old\n")
