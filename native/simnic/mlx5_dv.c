@@ -33,7 +33,7 @@ static int init_cq(struct ibv_cq *ibcq, struct mlx5dv_cq *dv)
     dv->buf = cq->buf;
     dv->dbrec = cq->dbrec;
     dv->cqe_cnt = cq->cnt;
-    dv->cqe_size = 64;
+    dv->cqe_size = 1u << (cq->e.cqe_shift ? cq->e.cqe_shift : 6);
     dv->cq_uar = cq->ctx->cq_uar->page;
     dv->cqn = cq->e.cqn;
     dv->comp_mask = 0;
@@ -136,9 +136,12 @@ SN_EXPORT struct ibv_cq_ex *mlx5dv_create_cq(struct ibv_context *ctx, struct ibv
         errno = EOPNOTSUPP;     /* compressed CQEs, padding */
         return NULL;
     }
-    if (dv && (dv->comp_mask & MLX5DV_CQ_INIT_ATTR_MASK_CQE_SIZE) && dv->cqe_size != 64) {
-        errno = EINVAL;
-        return NULL;
+    if (dv && (dv->comp_mask & MLX5DV_CQ_INIT_ATTR_MASK_CQE_SIZE)) {
+        if (dv->cqe_size != 64 && dv->cqe_size != 128) {
+            errno = EINVAL;     /* rdma-core's mlx5: only the two sizes ConnectX writes */
+            return NULL;
+        }
+        return sn_create_cq_ex_sized(ctx, attr, dv->cqe_size);
     }
     return sn_create_cq_ex(ctx, attr);
 }
