@@ -444,6 +444,22 @@ static unsigned access_of(const void *in)
            (prm_get(in, PRM_QPC_RAE) ? IBV_ACCESS_REMOTE_ATOMIC : 0);
 }
 
+/* The remote access bits a later transition changes: those its opt_param_mask names. */
+static void apply_optional_access(struct sn_eqp *q, const void *in)
+{
+    static const struct {
+        uint32_t bit;
+        unsigned access;
+    } opt[] = {{PRM_QP_OPTPAR_RRE, IBV_ACCESS_REMOTE_READ}, {PRM_QP_OPTPAR_RWE, IBV_ACCESS_REMOTE_WRITE},
+               {PRM_QP_OPTPAR_RAE, IBV_ACCESS_REMOTE_ATOMIC}};
+    uint32_t mask = prm_get(in, PRM_QP_IN_OPT_PARAM_MASK);
+    unsigned now = access_of(in);
+
+    for (unsigned i = 0; i < sizeof(opt) / sizeof(opt[0]); i++)
+        if (mask & opt[i].bit)
+            q->access = (q->access & ~opt[i].access) | (now & opt[i].access);
+}
+
 static int modify_qp(struct mlx5dv_devx_obj *o, const void *in, size_t inlen, void *out, size_t outlen)
 {
     struct sn_engine *eng = o->ctx->eng;
@@ -472,7 +488,7 @@ static int modify_qp(struct mlx5dv_devx_obj *o, const void *in, size_t inlen, vo
     case PRM_CMD_INIT2INIT_QP:
         if (cur != IBV_QPS_INIT)
             goto bad_state;
-        q->access = access_of(in);
+        apply_optional_access(q, in);
         break;
     case PRM_CMD_INIT2RTR_QP: {
         uint32_t mtu = prm_get(in, PRM_QPC_MTU);
@@ -491,6 +507,7 @@ static int modify_qp(struct mlx5dv_devx_obj *o, const void *in, size_t inlen, vo
         q->rq_psn_init = prm_get(in, PRM_QPC_NEXT_RCV_PSN);
         q->max_dest_rd_atomic = (uint8_t)(1u << prm_get(in, PRM_QPC_LOG_RRA_MAX));
         q->min_rnr_timer = (uint8_t)prm_get(in, PRM_QPC_MIN_RNR_NAK);
+        apply_optional_access(q, in);
         sn_eqp_connect(eng, q);
         atomic_store(&q->state, IBV_QPS_RTR);
         break;
@@ -504,11 +521,13 @@ static int modify_qp(struct mlx5dv_devx_obj *o, const void *in, size_t inlen, vo
         q->retry_cnt = (uint8_t)prm_get(in, PRM_QPC_RETRY_COUNT);
         q->rnr_retry = (uint8_t)prm_get(in, PRM_QPC_RNR_RETRY);
         q->max_rd_atomic = (uint8_t)(1u << prm_get(in, PRM_QPC_LOG_SRA_MAX));
+        apply_optional_access(q, in);
         atomic_store(&q->state, IBV_QPS_RTS);
         break;
     case PRM_CMD_RTS2RTS_QP:
         if (cur != IBV_QPS_RTS)
             goto bad_state;
+        apply_optional_access(q, in);
         break;
     case PRM_CMD_2ERR_QP:
         sn_eqp_to_error(eng, q);

@@ -122,8 +122,14 @@ SN_EXPORT struct ibv_context *mlx5dv_open_device(struct ibv_device *device, stru
 SN_EXPORT struct ibv_qp *mlx5dv_create_qp(struct ibv_context *ctx, struct ibv_qp_init_attr_ex *attr,
                                           struct mlx5dv_qp_init_attr *dv)
 {
-    if (dv && dv->comp_mask) {
-        errno = EOPNOTSUPP;     /* DC, DCI streams, mkey send ops: not emulated */
+    /* scatter-to-CQE allowed or not: the emulated NIC never scatters into CQEs, which every
+     * consumer must accept (the CQE's inline-scatter bits say where the data is) */
+    const uint32_t scatter = MLX5DV_QP_CREATE_ALLOW_SCATTER_TO_CQE | MLX5DV_QP_CREATE_DISABLE_SCATTER_TO_CQE;
+
+    if (dv && ((dv->comp_mask & ~(uint64_t)MLX5DV_QP_INIT_ATTR_MASK_QP_CREATE_FLAGS) ||
+               ((dv->comp_mask & MLX5DV_QP_INIT_ATTR_MASK_QP_CREATE_FLAGS) &&
+                (dv->create_flags & ~scatter)))) {
+        errno = EOPNOTSUPP;     /* DC, DCI streams, mkey send ops, tunnel offloads: not emulated */
         return NULL;
     }
     return sn_create_qp_ex(ctx, attr);

@@ -178,6 +178,8 @@ enum {
 #define PRM_QUERY_QP_OUT_BYTES 272			/* header, opt_param_mask, qpc, reserved */
 #define PRM_CMD_OUT_BYTES 16				/* status, syndrome, 8 more bytes */
 
+/* opt_param_mask bits of the transitions: which optional qpc fields to apply */
+enum { PRM_QP_OPTPAR_RRE = 1 << 1, PRM_QP_OPTPAR_RAE = 1 << 2, PRM_QP_OPTPAR_RWE = 1 << 3 };
 enum { PRM_QP_ST_RC = 0x0, PRM_QP_ST_UC = 0x1, PRM_QP_ST_UD = 0x2, PRM_QP_ST_DCI = 0x5 };
 enum { PRM_RQ_REGULAR = 0x0, PRM_RQ_SRQ = 0x1, PRM_RQ_ZERO_LEN = 0x3 };
 enum {	/* qpc state */
