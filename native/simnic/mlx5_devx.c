@@ -374,8 +374,8 @@ static struct mlx5dv_devx_obj *create_rmp(struct sn_context *ctx, const void *in
                                           void *out, size_t outlen)
 {
     struct sn_engine *eng = ctx->eng;
-    uint32_t type = prm_get(in, PRM_RMP_WQ_TYPE), log = prm_get(in, PRM_RMP_WQ_LOG_SZ);
-    uint32_t log_stride = prm_get(in, PRM_RMP_WQ_LOG_STRIDE);
+    uint32_t type = prm_get(in, PRM_RMP_WQ_WQ_TYPE), log = prm_get(in, PRM_RMP_WQ_LOG_WQ_SZ);
+    uint32_t log_stride = prm_get(in, PRM_RMP_WQ_LOG_WQ_STRIDE);
     struct mlx5dv_devx_obj *o;
     struct sn_umem *wum, *dum;
     struct sn_mem wm, dm;

@@ -191,11 +191,11 @@ enum {	/* qpc state */
 /* ---- CREATE_RMP: create_rmp_in, the rmp_context (rmpc) at bit 0x100 (byte 32), its wq at
  * rmpc + 0x180 = bit 0x280 (byte 80) ------------------------------------------------------------ */
 #define PRM_RMPC_STATE PRM_FIELD(0x108, 4)		/* 1 ready, 3 error */
-#define PRM_RMP_WQ_TYPE PRM_FIELD(0x280, 4)		/* 0 linked list, 1 cyclic */
+#define PRM_RMP_WQ_WQ_TYPE PRM_FIELD(0x280, 4)		/* 0 linked list, 1 cyclic */
 #define PRM_RMP_WQ_PD PRM_FIELD(0x2c8, 24)
 #define PRM_RMP_WQ_DBR_ADDR PRM_FIELD(0x300, 64)	/* byte 96 */
-#define PRM_RMP_WQ_LOG_STRIDE PRM_FIELD(0x38c, 4)	/* stride = 1 << log_wq_stride bytes */
-#define PRM_RMP_WQ_LOG_SZ PRM_FIELD(0x39b, 5)
+#define PRM_RMP_WQ_LOG_WQ_STRIDE PRM_FIELD(0x38c, 4)	/* stride = 1 << log_wq_stride bytes */
+#define PRM_RMP_WQ_LOG_WQ_SZ PRM_FIELD(0x39b, 5)
 #define PRM_RMP_WQ_DBR_UMEM_VALID PRM_FIELD(0x3a0, 1)
 #define PRM_RMP_WQ_WQ_UMEM_VALID PRM_FIELD(0x3a1, 1)
 #define PRM_RMP_WQ_DBR_UMEM_ID PRM_FIELD(0x3c0, 32)	/* byte 120 */
