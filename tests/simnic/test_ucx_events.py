@@ -67,3 +67,47 @@ def test_event_descriptors_poll_and_block_as_the_kernels(nic_env):
         "comp nonblock False readable False",
     ], p.stdout + p.stderr
     assert "BlockingIOError" in p.stderr            # os.read of the empty non-blocking channel
+
+
+LAST_WQE = r"""
+import ctypes
+v = ctypes.CDLL("libibverbs.so.1", use_errno=True)
+P = ctypes.c_void_p
+for name, res, args in [("ibv_get_device_list", ctypes.POINTER(P), [P]), ("ibv_open_device", P, [P]),
+                        ("ibv_alloc_pd", P, [P]), ("ibv_create_cq", P, [P, ctypes.c_int, P, P, ctypes.c_int]),
+                        ("ibv_create_srq", P, [P, P]), ("ibv_create_qp", P, [P, P]),
+                        ("ibv_modify_qp", ctypes.c_int, [P, P, ctypes.c_int]),
+                        ("ibv_get_async_event", ctypes.c_int, [P, P]), ("ibv_ack_async_event", None, [P])]:
+    getattr(v, name).restype, getattr(v, name).argtypes = res, args
+
+class SrqAttr(ctypes.Structure):
+    _fields_ = [("ctx", P), ("max_wr", ctypes.c_uint32), ("max_sge", ctypes.c_uint32),
+                ("limit", ctypes.c_uint32)]
+
+class QpAttr(ctypes.Structure):
+    _fields_ = [("ctx", P), ("send_cq", P), ("recv_cq", P), ("srq", P), ("caps", ctypes.c_uint32 * 5),
+                ("qp_type", ctypes.c_int), ("sq_sig_all", ctypes.c_int)]
+
+class Event(ctypes.Structure):
+    _fields_ = [("element", P), ("event_type", ctypes.c_int)]
+
+ctx = v.ibv_open_device(v.ibv_get_device_list(None)[0])
+pd = v.ibv_alloc_pd(ctx)
+cq = v.ibv_create_cq(ctx, 16, None, None, 0)
+srq = v.ibv_create_srq(pd, ctypes.byref(SrqAttr(None, 16, 1, 0)))
+qp = v.ibv_create_qp(pd, ctypes.byref(QpAttr(None, cq, cq, srq, (ctypes.c_uint32 * 5)(4, 0, 1, 0, 0), 2, 0)))
+state = (ctypes.c_int * 64)(6)          # struct ibv_qp_attr: qp_state IBV_QPS_ERR first
+print("modify", v.ibv_modify_qp(qp, state, 1))  # IBV_QP_STATE
+ev = Event()
+print("get", v.ibv_get_async_event(ctx, ctypes.byref(ev)), "type", ev.event_type,
+      "is_qp", ev.element == qp, flush=True)
+v.ibv_ack_async_event(ctypes.byref(ev))
+"""
+
+
+def test_srq_qp_entering_error_raises_last_wqe_reached(nic_env):
+    """As an HCA does: a QP that receives from an SRQ reports IBV_EVENT_QP_LAST_WQE_REACHED (16)
+    once it is in the error state (UCX waits for it before destroying such QPs)."""
+    p = subprocess.run([sys.executable, "-c", LAST_WQE], env=nic_env, capture_output=True,
+                       text=True, timeout=30)
+    assert p.stdout.splitlines() == ["modify 0", "get 0 type 16 is_qp True"], p.stdout + p.stderr
