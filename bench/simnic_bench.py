@@ -7,6 +7,10 @@
    the other process stores the 8 bytes -> completion back).
 2. Ping-pong latency: Debian's ibv_rc_pingpong with 8-byte SENDs (polling; usec/iter is a
    round trip), against an 8-byte ping-pong through shared memory.
+3. UCX (Debian's ucx_perftest, when installed): 8-byte UCT put latency (put_lat, one way) and
+   put message rate (put_bw, bcopy) over rc_mlx5 on the emulated NIC (under `sigmatrace simnic
+   run`, which shows UCX the device in /sys; needs root), against UCX's own posix shared-memory
+   transport between the same two processes.
 
 Each round runs every case on the NIC and its baseline back to back; the figures are medians
 over the rounds, with the range (min-max) beside them: on a shared machine single runs vary
@@ -66,7 +70,7 @@ def run_pair(server: list[str], client: list[str], env: dict, timeout: float = 3
         while True:
             p = subprocess.run(client, env=env, capture_output=True, text=True,
                                timeout=max(1, deadline - time.monotonic()))
-            if p.returncode == 0 or "onnect" not in p.stderr or time.monotonic() > deadline:
+            if p.returncode == 0 or "onnect" not in p.stdout + p.stderr or time.monotonic() > deadline:
                 break
             time.sleep(0.1)
         sout, serr = srv.communicate(timeout=max(1, deadline - time.monotonic()))
@@ -108,11 +112,27 @@ def shm_latency(iters: int) -> float:
     return float(re.search(r"([\d.]+) usec/iter", out).group(1))
 
 
+def ucx_perftest(fabric: str | None, test: str, tl: str, dev: str, iters: int, column: int) -> float:
+    """One ucx_perftest pair (-f output); COLUMN of its result row (3 overall latency usec,
+    7 overall message rate).  FABRIC: on the emulated NIC under `simnic run`, else plain."""
+    port = str(free_port())
+    args = ["ucx_perftest", "-p", port, "-t", test, "-x", tl, "-d", dev, "-n", str(iters),
+            "-w", str(max(1, iters // 10)), "-s", "8", "-f"]
+    if test.endswith("_bw"):
+        args += ["-D", "bcopy"]
+    wrap = ([sys.executable, "-m", "sigmatrace.cli.main", "simnic", "run", "-f", fabric, "--"]
+            if fabric else [])
+    _, out = run_pair([*wrap, *args], [*wrap, *args, "127.0.0.1"], dict(os.environ))
+    rows = [ln.split() for ln in out.splitlines() if re.match(r"^\s+\d+\s+[\d.]+", ln)]
+    return float(rows[-1][column])
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--writes", type=int, default=2_000_000, help="RDMA writes per rate case")
     ap.add_argument("--qps", type=int, default=4, help="QPs of the several-QP case")
     ap.add_argument("--iters", type=int, default=20_000, help="ping-pong iterations")
+    ap.add_argument("--ucx-iters", type=int, default=2_000, help="ucx_perftest iterations")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--json", type=Path, help="also write the figures here")
     a = ap.parse_args()
@@ -132,6 +152,21 @@ def main() -> int:
         ("8 B ping-pong round trip (ibv_rc_pingpong)", "usec",
          lambda: nic_latency(env, a.iters), lambda: shm_latency(a.iters)),
     ]
+    from sigmatrace.simnic import sysview
+
+    if shutil.which("ucx_perftest") and sysview.requirement() is None:
+        ucx = fabric + "-ucx"
+        cases += [
+            ("8 B UCX put latency (rc_mlx5 | posix)", "usec",
+             lambda: ucx_perftest(ucx, "put_lat", "rc_mlx5", "mlx5_0:1", a.ucx_iters, 3),
+             lambda: ucx_perftest(None, "put_lat", "posix", "memory", a.ucx_iters, 3)),
+            ("8 B UCX put bcopy rate (rc_mlx5 | posix)", "msg/s",
+             lambda: ucx_perftest(ucx, "put_bw", "rc_mlx5", "mlx5_0:1", 10 * a.ucx_iters, 7),
+             lambda: ucx_perftest(None, "put_bw", "posix", "memory", 10 * a.ucx_iters, 7)),
+        ]
+    else:
+        print("UCX cases left out: ucx_perftest is missing or the /sys view cannot be made "
+              f"({sysview.requirement()})", file=sys.stderr)
     results: dict[str, dict[str, list[float]]] = {c[0]: {"simnic": [], "shm": []} for c in cases}
     try:
         for r in range(a.rounds):
@@ -141,6 +176,7 @@ def main() -> int:
             print(f"round {r + 1}/{a.rounds} done", file=sys.stderr)
     finally:
         cleanup(fabric)
+        cleanup(fabric + "-ucx")
     load = os.getloadavg()[0]
     print(f"\nemulated NIC vs shared-memory ring baseline (medians of {a.rounds} rounds; "
           f"{os.cpu_count()} cores, load {load:.2f}; {writes:,} writes, {a.iters:,} ping-pongs)")

@@ -82,7 +82,7 @@ static void emit(struct sn_engine *eng, struct sn_ecq *cq, struct mlx5_cqe64 *cq
             return;
         }
     }
-    slot = (struct mlx5_cqe64 *)(cq->buf + (size_t)(cq->pi & (cq->cnt - 1)) * 64);
+    slot = sn_cqe64_at(cq->buf, cq->cnt, cq->cqe_shift, cq->pi);
     op_own = (uint8_t)(opcode << 4) | ((cq->pi >> cq->log_cnt) & 1) | (solicited ? 2 : 0);
     if (cq->bufm.gpu) {
         /* two copies so that the owner byte lands after the rest */
@@ -196,11 +196,67 @@ void sn_ecq_arm(struct sn_engine *eng, struct sn_ecq *cq, uint32_t word)
         fire_event(cq);
 }
 
+/* DevX QPs: to the event channels subscribed to the event's PRM number (an EQE's type). */
+void sn_devx_event(struct sn_eqp *q, enum ibv_event_type type)
+{
+    uint16_t prm;
+
+    switch (type) {
+    case IBV_EVENT_QP_FATAL:
+        prm = 0x10;     /* WQ_CATAS_ERROR */
+        break;
+    case IBV_EVENT_QP_REQ_ERR:
+        prm = 0x11;     /* WQ_INVAL_REQ_ERROR */
+        break;
+    case IBV_EVENT_QP_ACCESS_ERR:
+        prm = 0x12;     /* WQ_ACCESS_ERROR */
+        break;
+    case IBV_EVENT_QP_LAST_WQE_REACHED:
+        prm = 0x13;     /* SRQ_LAST_WQE */
+        break;
+    case IBV_EVENT_COMM_EST:
+        prm = 0x02;
+        break;
+    case IBV_EVENT_SQ_DRAINED:
+        prm = 0x03;
+        break;
+    default:
+        return;
+    }
+    for (struct sn_devx_sub *s = q->devx_subs; s; s = s->next) {
+        uint8_t rec[8 + 64] = {0};
+        uint64_t one = 1;
+        size_t len = 8;
+
+        if (s->event != prm)
+            continue;
+        if (s->to_eventfd) {
+            if (write(s->fd, &one, sizeof(one)) < 0)
+                sn_dbg("DevX event lost");
+            continue;
+        }
+        memcpy(rec, &s->cookie, 8);
+        if (!s->omit_data) {    /* the EQE: type, and the QP number in its qp_srq data */
+            uint32_t qpn = htobe32(q->qpn & 0xffffff);
+
+            rec[8 + 1] = (uint8_t)prm;
+            memcpy(rec + 8 + 0x20 + 9, &qpn, 4);
+            len += 64;
+        }
+        if (write(s->fd, rec, len) < 0)
+            sn_dbg("DevX event lost");
+    }
+}
+
 void sn_async_event(struct sn_engine *eng, struct sn_eqp *q, enum ibv_event_type type)
 {
     struct sn_async_rec ev = {type, 0, q->ev_obj};
 
-    if (q->devx || !q->ev_obj)
+    if (q->devx) {
+        sn_devx_event(q, type);
+        return;
+    }
+    if (!q->ev_obj)
         return;
     if (write(q->async_fd, &ev, sizeof(ev)) < 0)
         sn_dbg("async event lost");

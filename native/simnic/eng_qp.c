@@ -67,9 +67,15 @@ void sn_eqp_reset(struct sn_engine *eng, struct sn_eqp *q)
 
 void sn_eqp_to_error(struct sn_engine *eng, struct sn_eqp *q)
 {
+    int was = atomic_load(&q->state);
+
     sn_resp_forget(eng, q);
     atomic_store(&q->state, IBV_QPS_ERR);
     q->rnr_until_ns = 0;
     q->in_active = 0;
     q->in_have_rwqe = 0;
+    /* a QP that receives from an SRQ takes no more of its WQEs: "last WQE reached", the
+     * event its owner waits for before destroying it */
+    if (q->srq && was != IBV_QPS_ERR)
+        sn_async_event(eng, q, IBV_EVENT_QP_LAST_WQE_REACHED);
 }

@@ -193,7 +193,7 @@ static int take_rwqe(struct sn_eqp *q, struct sn_rwqe *r)
         r->idx = s->hw_head;
         r->from_srq = 1;
         parse_data_segs(raw + 16, stride / 16 - 1, r);
-        s->hw_head = be16toh(next->next_wqe_index) & (s->cnt - 1);
+        s->hw_head = (s->cyclic ? s->hw_head + 1 : be16toh(next->next_wqe_index)) & (s->cnt - 1);
         s->consumed++;
         return 1;
     }

@@ -82,7 +82,7 @@ static enum ibv_wc_status status_of(uint8_t syndrome)
 
 static struct mlx5_cqe64 *next_cqe(struct sn_cq *cq)
 {
-    struct mlx5_cqe64 *cqe = (struct mlx5_cqe64 *)(cq->buf + (size_t)(cq->ci & (cq->cnt - 1)) * 64);
+    struct mlx5_cqe64 *cqe = sn_cqe64_at(cq->buf, cq->cnt, cq->e.cqe_shift, cq->ci);
     uint8_t op_own = atomic_load_explicit((_Atomic uint8_t *)&cqe->op_own, memory_order_acquire);
 
     if ((op_own >> 4) == MLX5_CQE_INVALID || (op_own & MLX5_CQE_OWNER_MASK) != !!(cq->ci & cq->cnt))
@@ -272,14 +272,14 @@ void sn_cq_clean(struct sn_cq *cq, uint32_t uidx, struct sn_srq *srq)
         return;
     pthread_spin_lock(&cq->lock);
     for (prod = cq->ci; prod - cq->ci < cq->cnt; prod++) {
-        struct mlx5_cqe64 *c = (struct mlx5_cqe64 *)(cq->buf + (size_t)(prod & (cq->cnt - 1)) * 64);
+        struct mlx5_cqe64 *c = sn_cqe64_at(cq->buf, cq->cnt, cq->e.cqe_shift, prod);
         uint8_t op_own = atomic_load_explicit((_Atomic uint8_t *)&c->op_own, memory_order_acquire);
 
         if ((op_own >> 4) == MLX5_CQE_INVALID || (op_own & 1) != !!(prod & cq->cnt))
             break;
     }
     for (uint32_t i = prod; i-- != cq->ci;) {
-        struct mlx5_cqe64 *c = (struct mlx5_cqe64 *)(cq->buf + (size_t)(i & (cq->cnt - 1)) * 64);
+        struct mlx5_cqe64 *c = sn_cqe64_at(cq->buf, cq->cnt, cq->e.cqe_shift, i);
         uint8_t op = c->op_own >> 4;
 
         if ((be32toh(c->srqn_uidx) & 0xffffff) == uidx) {
@@ -288,8 +288,7 @@ void sn_cq_clean(struct sn_cq *cq, uint32_t uidx, struct sn_srq *srq)
             nfreed++;
         } else if (nfreed) {
             uint32_t d = i + nfreed;
-            struct mlx5_cqe64 *dst =
-                    (struct mlx5_cqe64 *)(cq->buf + (size_t)(d & (cq->cnt - 1)) * 64);
+            struct mlx5_cqe64 *dst = sn_cqe64_at(cq->buf, cq->cnt, cq->e.cqe_shift, d);
             uint8_t own = (uint8_t)!!(d & cq->cnt);
 
             memcpy(dst, c, 63);
@@ -392,7 +391,7 @@ static uint32_t roundup_pow2(uint32_t v)
 
 static struct sn_cq *cq_create(struct ibv_context *c, int cqe, void *cq_context,
                                struct ibv_comp_channel *ibch, uint32_t comp_vector, uint64_t wc_flags,
-                               uint32_t flags)
+                               uint32_t flags, uint8_t cqe_shift)
 {
     struct sn_context *ctx = to_sctx(c);
     struct sn_cq *cq;
@@ -408,7 +407,7 @@ static struct sn_cq *cq_create(struct ibv_context *c, int cqe, void *cq_context,
         return NULL;
     }
     cnt = roundup_pow2((uint32_t)cqe + 1);
-    if (posix_memalign((void **)&cq->buf, SN_PAGE, (size_t)cnt * 64) ||
+    if (posix_memalign((void **)&cq->buf, SN_PAGE, (size_t)cnt << cqe_shift) ||
         posix_memalign((void **)&cq->dbrec, 64, 64)) {
         free(cq->buf);
         free(cq);
@@ -416,8 +415,9 @@ static struct sn_cq *cq_create(struct ibv_context *c, int cqe, void *cq_context,
         return NULL;
     }
     memset(cq->dbrec, 0, 64);
+    memset(cq->buf, 0, (size_t)cnt << cqe_shift);
     for (uint32_t i = 0; i < cnt; i++)      /* invalid, owned by hardware for lap 0 */
-        ((struct mlx5_cqe64 *)(cq->buf + (size_t)i * 64))->op_own = MLX5_CQE_INVALID << 4;
+        sn_cqe64_at(cq->buf, cnt, cqe_shift, i)->op_own = MLX5_CQE_INVALID << 4;
     cq->cnt = cnt;
     cq->ctx = ctx;
     cq->wc_flags = wc_flags;
@@ -433,6 +433,7 @@ static struct sn_cq *cq_create(struct ibv_context *c, int cqe, void *cq_context,
     cq->e.buf = cq->buf;
     cq->e.cnt = cnt;
     cq->e.log_cnt = (uint32_t)__builtin_ctz(cnt);
+    cq->e.cqe_shift = cqe_shift;
     cq->e.dbrec = cq->dbrec;
     cq->e.ignore_overrun = !!(flags & IBV_CREATE_CQ_ATTR_IGNORE_OVERRUN);
     cq->e.ev_obj = &cq->ibcq;
@@ -457,11 +458,18 @@ struct ibv_cq *sn_create_cq(struct ibv_context *c, int cqe, void *cq_context,
         errno = EINVAL;
         return NULL;
     }
-    cq = cq_create(c, cqe, cq_context, ch, (uint32_t)comp_vector, IBV_WC_STANDARD_FLAGS, 0);
+    cq = cq_create(c, cqe, cq_context, ch, (uint32_t)comp_vector, IBV_WC_STANDARD_FLAGS, 0, 6);
     return cq ? (struct ibv_cq *)&cq->ibcq : NULL;
 }
 
 struct ibv_cq_ex *sn_create_cq_ex(struct ibv_context *c, struct ibv_cq_init_attr_ex *attr)
+{
+    return sn_create_cq_ex_sized(c, attr, 64);
+}
+
+/* CQE_SIZE 64 or 128 (mlx5dv_create_cq's cqe_size). */
+struct ibv_cq_ex *sn_create_cq_ex_sized(struct ibv_context *c, struct ibv_cq_init_attr_ex *attr,
+                                        unsigned cqe_size)
 {
     struct sn_cq *cq;
 
@@ -484,7 +492,8 @@ struct ibv_cq_ex *sn_create_cq_ex(struct ibv_context *c, struct ibv_cq_init_attr
     }
     cq = cq_create(c, (int)attr->cqe, attr->cq_context, attr->channel, attr->comp_vector,
                    attr->wc_flags,
-                   (attr->comp_mask & IBV_CQ_INIT_ATTR_MASK_FLAGS) ? attr->flags : 0);
+                   (attr->comp_mask & IBV_CQ_INIT_ATTR_MASK_FLAGS) ? attr->flags : 0,
+                   cqe_size == 128 ? 7 : 6);
     if (!cq)
         return NULL;
     cq->ibcq.start_poll = start_poll;

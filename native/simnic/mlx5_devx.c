@@ -14,23 +14,11 @@
 #include "sn_export.h"
 #include "sn_verbs.h"
 
-enum { OBJ_PD = 1, OBJ_CQ, OBJ_QP };
+#include "sn_devx.h"
 
 #ifndef MLX5DV_UAR_ALLOC_TYPE_NC_DEDICATED      /* rdma-core 45 and later */
 #define MLX5DV_UAR_ALLOC_TYPE_NC_DEDICATED (1u << 31)
 #endif
-
-struct mlx5dv_devx_obj {                /* opaque to applications */
-    struct sn_context *ctx;
-    int kind;
-    uint32_t id;                    /* pdn, cqn or qpn */
-    struct sn_umem *umem[2];        /* buffers it holds a reference on */
-    struct sn_uar *uar;
-    struct sn_ecq *cq;
-    struct sn_eqp *qp;
-    atomic_int refs;                /* CQ: QPs using it */
-    struct mlx5dv_devx_obj *scq, *rcq;
-};
 
 struct sn_devx_uar {
     struct mlx5dv_devx_uar dv;      /* first */
@@ -75,15 +63,13 @@ static struct sn_uar *find_uar(struct sn_engine *eng, uint32_t page_id)
     return NULL;
 }
 
-/* Address of [off, off+len) inside umem ID (valid) or, without a umem, the raw address. */
-static uint8_t *umem_range(struct sn_context *ctx, int valid, uint32_t id, uint64_t off,
-                           uint64_t len, struct sn_umem **um, struct sn_mem *mem)
+/* Address of [off, off+len) inside umem ID.  The kernel sets the umem_valid bits of CREATE_CQ,
+ * CREATE_QP and CREATE_RMP mailboxes itself before the device sees them (mlx5_ib's
+ * devx_set_umem_valid), so rings and doorbell records always live in umems, whatever the
+ * program wrote there. */
+static uint8_t *umem_range(struct sn_context *ctx, uint32_t id, uint64_t off, uint64_t len,
+                           struct sn_umem **um, struct sn_mem *mem)
 {
-    if (!valid) {   /* a plain virtual address (what the kernel path would translate) */
-        *um = NULL;
-        sn_mem_classify((void *)(uintptr_t)off, mem);
-        return (uint8_t *)(uintptr_t)off;
-    }
     *um = find_umem(ctx, id);
     if (!*um || off > (*um)->size || len > (*um)->size - off)
         return NULL;
@@ -210,6 +196,7 @@ static struct mlx5dv_devx_obj *create_cq(struct sn_context *ctx, const void *in,
     struct mlx5dv_devx_obj *o;
     struct sn_ecq *cq;
     uint32_t log = prm_get(in, PRM_CQ_IN_LOG_CQ_SIZE), cnt;
+    uint8_t shift;
     struct sn_umem *bum, *dum;
     struct sn_mem bm, dm;
     uint8_t *buf, *db;
@@ -218,15 +205,16 @@ static struct mlx5dv_devx_obj *create_cq(struct sn_context *ctx, const void *in,
         fw_error(out, outlen, PRM_STAT_BAD_INP_LEN, 0);
         return NULL;
     }
-    if (prm_get(in, PRM_CQ_IN_CQE_SZ) != 0 || log > 22 || !prm_get(in, PRM_CQ_IN_CQ_UMEM_VALID)) {
-        /* 128-byte CQEs and physical page lists are not emulated */
+    if (prm_get(in, PRM_CQ_IN_CQE_SZ) > 1 || log > 22) {
+        /* cqe_sz 0: 64 bytes, 1: 128 */
         fw_error(out, outlen, PRM_STAT_BAD_PARAM, 0x1);
         return NULL;
     }
     cnt = 1u << log;
-    buf = umem_range(ctx, 1, prm_get(in, PRM_CQ_IN_CQ_UMEM_ID), prm_get64(in, PRM_CQ_IN_CQ_UMEM_OFFSET),
-                     (uint64_t)cnt * 64, &bum, &bm);
-    db = umem_range(ctx, prm_get(in, PRM_CQ_IN_DBR_UMEM_VALID), prm_get(in, PRM_CQ_IN_DBR_UMEM_ID),
+    shift = prm_get(in, PRM_CQ_IN_CQE_SZ) ? 7 : 6;
+    buf = umem_range(ctx, prm_get(in, PRM_CQ_IN_CQ_UMEM_ID), prm_get64(in, PRM_CQ_IN_CQ_UMEM_OFFSET),
+                     (uint64_t)cnt << shift, &bum, &bm);
+    db = umem_range(ctx, prm_get(in, PRM_CQ_IN_DBR_UMEM_ID),
                     prm_get64(in, PRM_CQ_IN_DBR_ADDR), 8, &dum, &dm);
     if (!buf || !db) {
         fw_error(out, outlen, PRM_STAT_BAD_PARAM, 0x2);
@@ -250,6 +238,7 @@ static struct mlx5dv_devx_obj *create_cq(struct sn_context *ctx, const void *in,
     cq->buf = buf;
     cq->cnt = cnt;
     cq->log_cnt = log;
+    cq->cqe_shift = shift;
     cq->dbrec = (__be32 *)db;
     cq->bufm = bm;
     cq->dbm = dm;
@@ -297,18 +286,18 @@ static struct mlx5dv_devx_obj *create_qp(struct sn_context *ctx, const void *in,
         fw_error(out, outlen, PRM_STAT_BAD_INP_LEN, 0);
         return NULL;
     }
-    if (st != PRM_QP_ST_RC || prm_get(in, PRM_QPC_NO_SQ) || !prm_get(in, PRM_QP_IN_WQ_UMEM_VALID) ||
+    if (st != PRM_QP_ST_RC || prm_get(in, PRM_QPC_NO_SQ) ||
         (rq_type != PRM_RQ_REGULAR && rq_type != PRM_RQ_SRQ && rq_type != PRM_RQ_ZERO_LEN)) {
-        /* RC only (no UD/DCI), queues in user memory */
+        /* RC only (no UD/DCI), with a send queue */
         fw_error(out, outlen, PRM_STAT_BAD_PARAM, 0x10);
         return NULL;
     }
     if (rq_type == PRM_RQ_REGULAR)
         rq_bytes = (uint64_t)rq_stride << log_rq;
     sq_bytes = (uint64_t)MLX5_SEND_WQE_BB << log_sq;
-    wq = umem_range(ctx, 1, prm_get(in, PRM_QP_IN_WQ_UMEM_ID), prm_get64(in, PRM_QP_IN_WQ_UMEM_OFFSET),
+    wq = umem_range(ctx, prm_get(in, PRM_QP_IN_WQ_UMEM_ID), prm_get64(in, PRM_QP_IN_WQ_UMEM_OFFSET),
                     rq_bytes + sq_bytes, &wum, &wm);
-    db = umem_range(ctx, prm_get(in, PRM_QPC_DBR_UMEM_VALID), prm_get(in, PRM_QPC_DBR_UMEM_ID),
+    db = umem_range(ctx, prm_get(in, PRM_QPC_DBR_UMEM_ID),
                     prm_get64(in, PRM_QPC_DBR_ADDR), 8, &dum, &dm);
     if (!wq || !db) {
         fw_error(out, outlen, PRM_STAT_BAD_PARAM, 0x11);
@@ -379,6 +368,73 @@ static struct mlx5dv_devx_obj *create_qp(struct sn_context *ctx, const void *in,
     return o;
 }
 
+/* ---- CREATE_RMP: a shared receive queue in a umem (UCX's rc_mlx5 receive queue) ------------- */
+
+static struct mlx5dv_devx_obj *create_rmp(struct sn_context *ctx, const void *in, size_t inlen,
+                                          void *out, size_t outlen)
+{
+    struct sn_engine *eng = ctx->eng;
+    uint32_t type = prm_get(in, PRM_RMP_WQ_WQ_TYPE), log = prm_get(in, PRM_RMP_WQ_LOG_WQ_SZ);
+    uint32_t log_stride = prm_get(in, PRM_RMP_WQ_LOG_WQ_STRIDE);
+    struct mlx5dv_devx_obj *o;
+    struct sn_umem *wum, *dum;
+    struct sn_mem wm, dm;
+    struct sn_esrq *srq;
+    uint8_t *wq, *db;
+
+    if (inlen < PRM_CREATE_RMP_IN_MIN_BYTES) {
+        fw_error(out, outlen, PRM_STAT_BAD_INP_LEN, 0);
+        return NULL;
+    }
+    if ((type != PRM_WQ_LINKED_LIST && type != PRM_WQ_CYCLIC) || log > 15 || log_stride < 4 ||
+        log_stride > 10 || prm_get(in, PRM_RMPC_STATE) != 1) {
+        /* multi-packet (striding) RMPs are not emulated; stride 16 bytes to 1 KiB */
+        fw_error(out, outlen, PRM_STAT_BAD_PARAM, 0x20);
+        return NULL;
+    }
+    wq = umem_range(ctx, prm_get(in, PRM_RMP_WQ_WQ_UMEM_ID),
+                    inlen >= PRM_OFF(PRM_RMP_WQ_WQ_UMEM_OFFSET) / 8 + 8 ?
+                    prm_get64(in, PRM_RMP_WQ_WQ_UMEM_OFFSET) : 0,
+                    (uint64_t)1 << (log + log_stride), &wum, &wm);
+    db = umem_range(ctx, prm_get(in, PRM_RMP_WQ_DBR_UMEM_ID), prm_get64(in, PRM_RMP_WQ_DBR_ADDR), 4,
+                    &dum, &dm);
+    if (!wq || !db) {
+        fw_error(out, outlen, PRM_STAT_BAD_PARAM, 0x21);
+        return NULL;
+    }
+    o = calloc(1, sizeof(*o));
+    srq = calloc(1, sizeof(*srq));
+    if (!o || !srq) {
+        free(o);
+        free(srq);
+        errno = ENOMEM;
+        return NULL;
+    }
+    srq->buf = wq;
+    srq->cnt = 1u << log;
+    srq->shift = log_stride;
+    srq->dbrec = (__be32 *)db;
+    srq->bufm = wm;
+    srq->dbm = dm;
+    srq->cyclic = type == PRM_WQ_CYCLIC;
+    srq->pdn = prm_get(in, PRM_RMP_WQ_PD);
+    o->ctx = ctx;
+    o->kind = OBJ_RMP;
+    o->srq = srq;
+    o->umem[0] = wum;
+    o->umem[1] = dum;
+    atomic_fetch_add(&wum->refs, 1);
+    atomic_fetch_add(&dum->refs, 1);
+    pthread_mutex_lock(&eng->lock);
+    srq->srqn = eng->next_srqn++;
+    sn_engine_add_srq(eng, srq);
+    pthread_mutex_unlock(&eng->lock);
+    o->id = srq->srqn;
+    fw_ok(out, outlen);
+    prm_set(out, PRM_RMP_OUT_RMPN, srq->srqn);
+    return o;
+}
+
 /* ---- the QP transitions ------------------------------------------------------------------------------ */
 
 static unsigned access_of(const void *in)
@@ -388,6 +444,22 @@ static unsigned access_of(const void *in)
            (prm_get(in, PRM_QPC_RAE) ? IBV_ACCESS_REMOTE_ATOMIC : 0);
 }
 
+/* The remote access bits a later transition changes: those its opt_param_mask names. */
+static void apply_optional_access(struct sn_eqp *q, const void *in)
+{
+    static const struct {
+        uint32_t bit;
+        unsigned access;
+    } opt[] = {{PRM_QP_OPTPAR_RRE, IBV_ACCESS_REMOTE_READ}, {PRM_QP_OPTPAR_RWE, IBV_ACCESS_REMOTE_WRITE},
+               {PRM_QP_OPTPAR_RAE, IBV_ACCESS_REMOTE_ATOMIC}};
+    uint32_t mask = prm_get(in, PRM_QP_IN_OPT_PARAM_MASK);
+    unsigned now = access_of(in);
+
+    for (unsigned i = 0; i < sizeof(opt) / sizeof(opt[0]); i++)
+        if (mask & opt[i].bit)
+            q->access = (q->access & ~opt[i].access) | (now & opt[i].access);
+}
+
 static int modify_qp(struct mlx5dv_devx_obj *o, const void *in, size_t inlen, void *out, size_t outlen)
 {
     struct sn_engine *eng = o->ctx->eng;
@@ -395,7 +467,8 @@ static int modify_qp(struct mlx5dv_devx_obj *o, const void *in, size_t inlen, vo
     uint16_t op = (uint16_t)prm_get(in, PRM_IN_OPCODE);
     int cur, ret = 0;
 
-    if (inlen < PRM_MODIFY_QP_IN_MIN_BYTES)
+    /* 2ERR_QP and 2RST_QP carry no QP context: 16 bytes (qp_2err_in) */
+    if (inlen < ((op == PRM_CMD_2ERR_QP || op == PRM_CMD_2RST_QP) ? 16 : PRM_MODIFY_QP_IN_MIN_BYTES))
         return fw_error(out, outlen, PRM_STAT_BAD_INP_LEN, 0);
     if (prm_get(in, PRM_QP_IN_QPN) != q->qpn)
         return fw_error(out, outlen, PRM_STAT_BAD_RES, 0x20);
@@ -415,7 +488,7 @@ static int modify_qp(struct mlx5dv_devx_obj *o, const void *in, size_t inlen, vo
     case PRM_CMD_INIT2INIT_QP:
         if (cur != IBV_QPS_INIT)
             goto bad_state;
-        q->access = access_of(in);
+        apply_optional_access(q, in);
         break;
     case PRM_CMD_INIT2RTR_QP: {
         uint32_t mtu = prm_get(in, PRM_QPC_MTU);
@@ -434,6 +507,7 @@ static int modify_qp(struct mlx5dv_devx_obj *o, const void *in, size_t inlen, vo
         q->rq_psn_init = prm_get(in, PRM_QPC_NEXT_RCV_PSN);
         q->max_dest_rd_atomic = (uint8_t)(1u << prm_get(in, PRM_QPC_LOG_RRA_MAX));
         q->min_rnr_timer = (uint8_t)prm_get(in, PRM_QPC_MIN_RNR_NAK);
+        apply_optional_access(q, in);
         sn_eqp_connect(eng, q);
         atomic_store(&q->state, IBV_QPS_RTR);
         break;
@@ -447,11 +521,13 @@ static int modify_qp(struct mlx5dv_devx_obj *o, const void *in, size_t inlen, vo
         q->retry_cnt = (uint8_t)prm_get(in, PRM_QPC_RETRY_COUNT);
         q->rnr_retry = (uint8_t)prm_get(in, PRM_QPC_RNR_RETRY);
         q->max_rd_atomic = (uint8_t)(1u << prm_get(in, PRM_QPC_LOG_SRA_MAX));
+        apply_optional_access(q, in);
         atomic_store(&q->state, IBV_QPS_RTS);
         break;
     case PRM_CMD_RTS2RTS_QP:
         if (cur != IBV_QPS_RTS)
             goto bad_state;
+        apply_optional_access(q, in);
         break;
     case PRM_CMD_2ERR_QP:
         sn_eqp_to_error(eng, q);
@@ -536,6 +612,8 @@ SN_EXPORT struct mlx5dv_devx_obj *mlx5dv_devx_obj_create(struct ibv_context *c, 
         return create_cq(ctx, in, inlen, out, outlen);
     case PRM_CMD_CREATE_QP:
         return create_qp(ctx, in, inlen, out, outlen);
+    case PRM_CMD_CREATE_RMP:
+        return create_rmp(ctx, in, inlen, out, outlen);
     case PRM_CMD_ALLOC_PD: {
         struct mlx5dv_devx_obj *o = calloc(1, sizeof(*o));
 
@@ -615,10 +693,22 @@ SN_EXPORT int mlx5dv_devx_obj_destroy(struct mlx5dv_devx_obj *o)
         pthread_mutex_unlock(&eng->lock);
         free(o->cq);
         break;
+    case OBJ_RMP:
+        pthread_mutex_lock(&eng->lock);
+        for (struct sn_eqp *q = eng->qps; q; q = q->next)
+            if (q->srq == o->srq) {
+                pthread_mutex_unlock(&eng->lock);
+                return EBUSY;   /* a QP still receives from it */
+            }
+        sn_engine_del_srq(eng, o->srq);
+        pthread_mutex_unlock(&eng->lock);
+        free(o->srq);
+        break;
     case OBJ_QP:
         pthread_mutex_lock(&eng->lock);
         sn_resp_forget(eng, o->qp);
         sn_engine_del_qp(eng, o->qp);
+        sn_devx_unsubscribe_qp(o->qp);
         if (o->qp->sqm.gpu || o->qp->dbm.gpu)
             eng->n_gpu_objects--;
         o->uar->refs--;
@@ -678,6 +768,10 @@ static void general_caps(void *out)
     prm_set(out, PRM_CAP_DEVICE_FREQUENCY_KHZ, 1000000);    /* timestamps count ns */
     prm_set(out, PRM_CAP_NUM_OF_UARS_PER_PAGE, 1);
     prm_set(out, PRM_CAP_LOG_MAX_ATOMIC_SIZE_QP, 3);
+    prm_set(out, PRM_CAP_LOG_MAX_RMP, 23);          /* shared receive queues as DevX RMPs */
+    prm_set(out, PRM_CAP_BASIC_CYCLIC_RCV_WQE, 1);
+    prm_set(out, PRM_CAP_UMR_MODIFY_ATOMIC_DISABLED, 1);    /* no mkeys: no indirect atomics */
+    prm_set(out, PRM_CAP_DCT, 0);                   /* no DC transport */
 }
 
 SN_EXPORT int mlx5dv_devx_general_cmd(struct ibv_context *c, const void *in, size_t inlen, void *out,

@@ -33,7 +33,7 @@ static int init_cq(struct ibv_cq *ibcq, struct mlx5dv_cq *dv)
     dv->buf = cq->buf;
     dv->dbrec = cq->dbrec;
     dv->cqe_cnt = cq->cnt;
-    dv->cqe_size = 64;
+    dv->cqe_size = 1u << (cq->e.cqe_shift ? cq->e.cqe_shift : 6);
     dv->cq_uar = cq->ctx->cq_uar->page;
     dv->cqn = cq->e.cqn;
     dv->comp_mask = 0;
@@ -127,8 +127,14 @@ SN_EXPORT struct ibv_context *mlx5dv_open_device(struct ibv_device *device, stru
 SN_EXPORT struct ibv_qp *mlx5dv_create_qp(struct ibv_context *ctx, struct ibv_qp_init_attr_ex *attr,
                                           struct mlx5dv_qp_init_attr *dv)
 {
-    if (dv && dv->comp_mask) {
-        errno = EOPNOTSUPP;     /* DC, DCI streams, mkey send ops: not emulated */
+    /* scatter-to-CQE allowed or not: the emulated NIC never scatters into CQEs, which every
+     * consumer must accept (the CQE's inline-scatter bits say where the data is) */
+    const uint32_t scatter = MLX5DV_QP_CREATE_ALLOW_SCATTER_TO_CQE | MLX5DV_QP_CREATE_DISABLE_SCATTER_TO_CQE;
+
+    if (dv && ((dv->comp_mask & ~(uint64_t)MLX5DV_QP_INIT_ATTR_MASK_QP_CREATE_FLAGS) ||
+               ((dv->comp_mask & MLX5DV_QP_INIT_ATTR_MASK_QP_CREATE_FLAGS) &&
+                (dv->create_flags & ~scatter)))) {
+        errno = EOPNOTSUPP;     /* DC, DCI streams, mkey send ops, tunnel offloads: not emulated */
         return NULL;
     }
     return sn_create_qp_ex(ctx, attr);
@@ -141,9 +147,12 @@ SN_EXPORT struct ibv_cq_ex *mlx5dv_create_cq(struct ibv_context *ctx, struct ibv
         errno = EOPNOTSUPP;     /* compressed CQEs, padding */
         return NULL;
     }
-    if (dv && (dv->comp_mask & MLX5DV_CQ_INIT_ATTR_MASK_CQE_SIZE) && dv->cqe_size != 64) {
-        errno = EINVAL;
-        return NULL;
+    if (dv && (dv->comp_mask & MLX5DV_CQ_INIT_ATTR_MASK_CQE_SIZE)) {
+        if (dv->cqe_size != 64 && dv->cqe_size != 128) {
+            errno = EINVAL;     /* rdma-core's mlx5: only the two sizes ConnectX writes */
+            return NULL;
+        }
+        return sn_create_cq_ex_sized(ctx, attr, dv->cqe_size);
     }
     return sn_create_cq_ex(ctx, attr);
 }

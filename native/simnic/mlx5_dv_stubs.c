@@ -1,6 +1,6 @@
 /* The parts of mlx5dv the emulated NIC does not have: steering (dr, flow), memory keys and
- * UMR, crypto, signature, scheduling, LAG, VFIO, device memory, DevX event channels and
- * asynchronous commands, DevX commands on verbs objects.  Each is exported under its rdma-core
+ * UMR, crypto, signature, scheduling, LAG, VFIO, device memory, DevX asynchronous commands,
+ * DevX commands on verbs objects.  Each is exported under its rdma-core
  * version (libmlx5.map) and fails as rdma-core does on a device without the capability:
  * NULL or -1 with errno EOPNOTSUPP, or EOPNOTSUPP returned.
  *
@@ -63,13 +63,10 @@ STUB_INT(mlx5dv_devx_cq_modify)
 STUB_INT(mlx5dv_devx_cq_query)
 STUB_PTR(mlx5dv_devx_create_cmd_comp)
 STUB_PTR(mlx5dv_devx_create_eq)
-STUB_PTR(mlx5dv_devx_create_event_channel)
 STUB_VOID(mlx5dv_devx_destroy_cmd_comp)
 STUB_INT(mlx5dv_devx_destroy_eq)
-STUB_VOID(mlx5dv_devx_destroy_event_channel)
 STUB_INT(mlx5dv_devx_free_msi_vector)
 STUB_INT(mlx5dv_devx_get_async_cmd_comp)
-STUB_MINUS1(mlx5dv_devx_get_event)
 STUB_INT(mlx5dv_devx_ind_tbl_modify)
 STUB_INT(mlx5dv_devx_ind_tbl_query)
 STUB_INT(mlx5dv_devx_obj_query_async)
@@ -77,8 +74,6 @@ STUB_INT(mlx5dv_devx_qp_modify)
 STUB_INT(mlx5dv_devx_qp_query)
 STUB_INT(mlx5dv_devx_srq_modify)
 STUB_INT(mlx5dv_devx_srq_query)
-STUB_INT(mlx5dv_devx_subscribe_devx_event)
-STUB_INT(mlx5dv_devx_subscribe_devx_event_fd)
 STUB_INT(mlx5dv_devx_wq_modify)
 STUB_INT(mlx5dv_devx_wq_query)
 STUB_PTR(mlx5dv_dm_map_op_addr)

@@ -112,6 +112,7 @@ struct sn_ecq {
     uint8_t armed;                  /* 1: next CQE, 2: next solicited CQE */
     uint8_t overrun;
     uint8_t ignore_overrun;         /* created so: CQEs are written whatever the consumer index */
+    uint8_t cqe_shift;              /* log2 CQE size: 6, or 7 (128-byte CQEs); 0 reads as 6 */
     /* events, as the owner set them up (a DevX CQ has none: ev_obj NULL) */
     void *ev_obj;                   /* the struct ibv_cq named in its events */
     int comp_fd;                    /* write end of its completion channel, or -1 */
@@ -128,6 +129,7 @@ struct sn_esrq {
     struct sn_mem bufm, dbm;
     uint16_t hw_head;               /* next WQE to consume (follows next_wqe_index) */
     uint16_t consumed;
+    uint8_t cyclic;                 /* DevX RMP of cyclic topology: WQEs taken in ring order */
     uint32_t pdn;
     struct sn_esrq *next;
 };
@@ -195,6 +197,7 @@ struct sn_eqp {
     struct sn_uar *uar;             /* the page its doorbells are rung on */
     void *ev_obj;                   /* the struct ibv_qp named in its events; NULL: none (DevX) */
     int async_fd;                   /* write end of its context's asynchronous event pipe */
+    struct sn_devx_sub *devx_subs;  /* DevX QP: event channels subscribed to its events */
 
     /* send queue */
     uint8_t *sq_buf;
@@ -262,6 +265,15 @@ struct sn_eqp {
     struct sn_eqp *hnext;           /* engine hash chain */
     struct sn_eqp *next;            /* engine list */
 };
+
+/* The CQE64 of ring entry IDX.  A 128-byte CQE keeps its CQE64 in the second half (the first
+ * half is where hardware scatters small payloads, which the emulated NIC never does). */
+static inline struct mlx5_cqe64 *sn_cqe64_at(uint8_t *buf, uint32_t cnt, uint8_t shift, uint32_t idx)
+{
+    size_t size = (size_t)1 << (shift ? shift : 6);
+
+    return (struct mlx5_cqe64 *)(buf + (size_t)(idx & (cnt - 1)) * size + size - 64);
+}
 
 static inline struct sn_swqe *sn_swqe_at(struct sn_eqp *q, uint32_t bb)
 {
@@ -376,6 +388,22 @@ void sn_cqe_resp_ud(struct sn_engine *eng, struct sn_eqp *q, uint8_t op, uint32_
                     int solicited);
 void sn_ecq_arm(struct sn_engine *eng, struct sn_ecq *cq, uint32_t word);
 void sn_async_event(struct sn_engine *eng, struct sn_eqp *q, enum ibv_event_type type);
+
+/* A DevX event channel's subscription to one event of a QP (mlx5dv_devx_subscribe_devx_event):
+ * the engine writes {cookie} or {cookie, EQE} to FD, or adds 1 to the eventfd FD. */
+struct sn_devx_sub {
+    uint16_t event;                 /* PRM event type (MLX5_EVENT_TYPE_*) */
+    uint8_t omit_data;              /* the channel's OMIT_EV_DATA */
+    uint8_t to_eventfd;
+    int fd;
+    uint64_t cookie;
+    uint32_t qpn;
+    struct sn_devx_sub *next;       /* the QP's list (engine lock) */
+    struct sn_devx_sub *ch_next;    /* the channel's list */
+    struct sn_eqp *qp;
+    struct sn_engine *eng;
+};
+void sn_devx_event(struct sn_eqp *q, enum ibv_event_type type);
 
 /* What the engine writes into a context's asynchronous event pipe; its owner reads it back
  * in ibv_get_async_event. */

@@ -35,6 +35,8 @@ int sn_destroy_comp_channel(struct ibv_comp_channel *ch);
 struct ibv_cq *sn_create_cq(struct ibv_context *ctx, int cqe, void *cq_context,
                             struct ibv_comp_channel *ch, int comp_vector);
 struct ibv_cq_ex *sn_create_cq_ex(struct ibv_context *ctx, struct ibv_cq_init_attr_ex *attr);
+struct ibv_cq_ex *sn_create_cq_ex_sized(struct ibv_context *ctx, struct ibv_cq_init_attr_ex *attr,
+                                        unsigned cqe_size);
 int sn_resize_cq(struct ibv_cq *cq, int cqe);
 int sn_destroy_cq(struct ibv_cq *cq);
 int sn_poll_cq(struct ibv_cq *cq, int n, struct ibv_wc *wc);

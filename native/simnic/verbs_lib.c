@@ -394,6 +394,8 @@ SN_SYMVER_DEFAULT(sn_modify_qp_1_1, ibv_modify_qp, IBVERBS_1.1);
 
 SN_EXPORT int sn_destroy_qp_1_1(struct ibv_qp *qp)
 {
+    if (!qp)
+        return EINVAL;  /* UCX 1.13 destroys the QP it failed to create on an error path */
     return OPS->destroy_qp(qp);
 }
 SN_SYMVER_DEFAULT(sn_destroy_qp_1_1, ibv_destroy_qp, IBVERBS_1.1);

@@ -120,6 +120,19 @@ def _rdma() -> Check:
         return Check("RDMA devices", None, "none", "verbs programs find no device on this machine")
 
 
+def _simnic_sysfs() -> Check:
+    from ..simnic import sysview
+
+    missing = sysview.requirement()
+    if missing:
+        return Check("emulated NIC in /sys", None, f"not provided: {missing}",
+                     "UCX (and NCCL, NVSHMEM) under `sigmatrace simnic run` find no device; plain "
+                     "verbs programs are unaffected")
+    return Check("emulated NIC in /sys", True,
+                 "`simnic run` gives each program a private mount namespace: overlays add "
+                 "/sys/class/infiniband, the PCI function (15b3:1021) and /dev/infiniband/uverbsN")
+
+
 def _writable() -> Check:
     cwd = Path.cwd()
     if os.access(cwd, os.W_OK):
@@ -127,7 +140,7 @@ def _writable() -> Check:
     return Check("trace directory", None, f"{cwd} is not writable", "pass --out to spawn/attach")
 
 
-CHECKS = [_frida, _native, _ptrace, _rdma, _cuda, _ebpf, _writable]
+CHECKS = [_frida, _native, _ptrace, _rdma, _simnic_sysfs, _cuda, _ebpf, _writable]
 
 
 def run_checks() -> list[Check]:

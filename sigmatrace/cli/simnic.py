@@ -1,7 +1,7 @@
 """`sigmatrace simnic`: run programs on the emulated ConnectX NIC.
 
     sigmatrace simnic env [--devices N] [--fabric NAME] [--cuda-stub]   print the environment
-    sigmatrace simnic run [--devices N] [--fabric NAME] [--cuda-stub] -- PROGRAM ARGS...
+    sigmatrace simnic run [--devices N] [--fabric NAME] [--cuda-stub] [--no-sysfs] -- PROGRAM ARGS...
     sigmatrace simnic status [--fabric NAME]                ports on a fabric, left-overs
     sigmatrace simnic clean --fabric NAME                   remove what dead processes left
 """
@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import shlex
+import shutil
 import signal
 import subprocess
 import sys
@@ -25,6 +26,9 @@ _FABRIC = typer.Option(None, "--fabric", "-f",
                        help="Fabric name: processes on one fabric can connect (default: 'default').")
 _CUDA_STUB = typer.Option(False, "--cuda-stub",
                           help="Also use the CUDA driver test double (host memory as device memory).")
+_SYSFS = typer.Option(True, "--sysfs/--no-sysfs",
+                      help="Show the HCAs in /sys and /dev/infiniband to the program (a private mount "
+                           "namespace; needs root).")
 
 
 def register(app: typer.Typer) -> None:
@@ -50,13 +54,27 @@ def register(app: typer.Typer) -> None:
         devices: int = _DEVICES,
         fabric: Optional[str] = _FABRIC,
         cuda_stub: bool = _CUDA_STUB,
+        sysfs: bool = _SYSFS,
     ) -> None:
         """Run PROGRAM with the emulated NIC; exits with its status."""
-        from ..simnic import cleanup, environment
+        from ..simnic import cleanup, environment, sysview
 
         env = {**os.environ, **environment(devices=devices, fabric=fabric, cuda_stub=cuda_stub)}
+        argv = list(program)
+        if sysfs and devices:
+            missing = sysview.requirement()
+            if missing:
+                print(f"simnic: the HCAs are not shown in /sys ({missing}); programs that look "
+                      "for them there (UCX) will not find them", file=sys.stderr)
+            elif shutil.which(program[0]) is None:     # the errors Popen would give
+                if "/" in program[0] and os.path.exists(program[0]):
+                    raise TargetError(f"{program[0]}: not executable")
+                raise TargetError(f"{program[0]}: no such program", hint="check the name and PATH")
+            else:
+                argv = [sys.executable, "-m", "sigmatrace.simnic.sysview", "--devices", str(devices),
+                        "--", *program]
         try:
-            child = subprocess.Popen(program, env=env, close_fds=False)
+            child = subprocess.Popen(argv, env=env, close_fds=False)
         except FileNotFoundError:
             raise TargetError(f"{program[0]}: no such program", hint="check the name and PATH")
         except PermissionError:

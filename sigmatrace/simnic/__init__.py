@@ -7,7 +7,8 @@ A program runs on the emulated NIC when it finds our libibverbs.so.1 / libmlx5.s
     subprocess.run(["ibv_devinfo"], env=env)
 
 Processes that use the same fabric name can connect their queue pairs; distinct names never
-meet, which keeps concurrent tests apart.  See docs/simnic.md.
+meet, which keeps concurrent tests apart.  `sysview` shows the HCAs in /sys and /dev to one
+program (what `sigmatrace simnic run` does).  See docs/simnic.md.
 """
 from .env import cudastub_dir, environment, library_dir
 from .fabric import FabricPort, cleanup, fabric_ports, objects, unique_fabric

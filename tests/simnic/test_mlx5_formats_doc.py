@@ -14,7 +14,7 @@ DOC = " ".join((ROOT / "docs" / "mlx5-formats.md").read_text().split())  # one l
 PRM = (ROOT / "native" / "include" / "sigmatrace" / "mlx5_prm.h").read_text()
 
 # macro name prefixes that are not part of the PRM field's name
-_PREFIXES = ("PRM_QPC_PAP_", "PRM_QPC_", "PRM_CQ_IN_", "PRM_CQ_OUT_", "PRM_QUERY_CQ_IN_",
+_PREFIXES = ("PRM_RMPC_", "PRM_RMP_WQ_", "PRM_RMP_OUT_", "PRM_QPC_PAP_", "PRM_QPC_", "PRM_CQ_IN_", "PRM_CQ_OUT_", "PRM_QUERY_CQ_IN_",
              "PRM_DESTROY_CQ_IN_", "PRM_QP_IN_", "PRM_QP_OUT_", "PRM_ALLOC_PD_OUT_",
              "PRM_DEALLOC_PD_IN_", "PRM_CAP_", "PRM_IN_", "PRM_OUT_", "PRM_")
 _DOC_NAME = {"srqn": "srqn_rmpn_xrqn"}
@@ -54,7 +54,7 @@ def test_every_mailbox_field_of_the_header_is_documented_at_its_offset():
 def test_command_opcodes_and_statuses_match_the_header():
     cmds = re.findall(r"PRM_CMD_(\w+) = (0x[0-9a-f]+)", PRM)
     stats = re.findall(r"PRM_STAT_(\w+) = (0x[0-9a-f]+)", PRM)
-    assert len(cmds) == 16 and len(stats) == 8
+    assert len(cmds) == 20 and len(stats) == 8
     for name, val in cmds:
         assert re.search(rf"\b{name} {val}\b", DOC), name
     for name, val in stats:

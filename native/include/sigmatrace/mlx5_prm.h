@@ -77,6 +77,10 @@ enum {
 	PRM_CMD_INIT2INIT_QP = 0x50e,
 	PRM_CMD_ALLOC_PD = 0x800,
 	PRM_CMD_DEALLOC_PD = 0x801,
+	PRM_CMD_CREATE_RMP = 0x90c,
+	PRM_CMD_DESTROY_RMP = 0x90e,
+	PRM_CMD_QUERY_RMP = 0x90f,
+	PRM_CMD_QUERY_LAG = 0x842,
 };
 
 /* command status (mailbox out, byte 0) */
@@ -174,6 +178,8 @@ enum {
 #define PRM_QUERY_QP_OUT_BYTES 272			/* header, opt_param_mask, qpc, reserved */
 #define PRM_CMD_OUT_BYTES 16				/* status, syndrome, 8 more bytes */
 
+/* opt_param_mask bits of the transitions: which optional qpc fields to apply */
+enum { PRM_QP_OPTPAR_RRE = 1 << 1, PRM_QP_OPTPAR_RAE = 1 << 2, PRM_QP_OPTPAR_RWE = 1 << 3 };
 enum { PRM_QP_ST_RC = 0x0, PRM_QP_ST_UC = 0x1, PRM_QP_ST_UD = 0x2, PRM_QP_ST_DCI = 0x5 };
 enum { PRM_RQ_REGULAR = 0x0, PRM_RQ_SRQ = 0x1, PRM_RQ_ZERO_LEN = 0x3 };
 enum {	/* qpc state */
@@ -181,6 +187,23 @@ enum {	/* qpc state */
 	PRM_QPC_STATE_RTS = 0x3, PRM_QPC_STATE_SQER = 0x4, PRM_QPC_STATE_SQD = 0x7,
 	PRM_QPC_STATE_ERR = 0x6,
 };
+
+/* ---- CREATE_RMP: create_rmp_in, the rmp_context (rmpc) at bit 0x100 (byte 32), its wq at
+ * rmpc + 0x180 = bit 0x280 (byte 80) ------------------------------------------------------------ */
+#define PRM_RMPC_STATE PRM_FIELD(0x108, 4)		/* 1 ready, 3 error */
+#define PRM_RMP_WQ_WQ_TYPE PRM_FIELD(0x280, 4)		/* 0 linked list, 1 cyclic */
+#define PRM_RMP_WQ_PD PRM_FIELD(0x2c8, 24)
+#define PRM_RMP_WQ_DBR_ADDR PRM_FIELD(0x300, 64)	/* byte 96 */
+#define PRM_RMP_WQ_LOG_WQ_STRIDE PRM_FIELD(0x38c, 4)	/* stride = 1 << log_wq_stride bytes */
+#define PRM_RMP_WQ_LOG_WQ_SZ PRM_FIELD(0x39b, 5)
+#define PRM_RMP_WQ_DBR_UMEM_VALID PRM_FIELD(0x3a0, 1)
+#define PRM_RMP_WQ_WQ_UMEM_VALID PRM_FIELD(0x3a1, 1)
+#define PRM_RMP_WQ_DBR_UMEM_ID PRM_FIELD(0x3c0, 32)	/* byte 120 */
+#define PRM_RMP_WQ_WQ_UMEM_ID PRM_FIELD(0x3e0, 32)	/* byte 124 */
+#define PRM_RMP_WQ_WQ_UMEM_OFFSET PRM_FIELD(0x400, 64)	/* byte 128 */
+#define PRM_CREATE_RMP_IN_MIN_BYTES 128		/* through wq_umem_id */
+#define PRM_RMP_OUT_RMPN PRM_FIELD(0x48, 24)
+enum { PRM_WQ_LINKED_LIST = 0x0, PRM_WQ_CYCLIC = 0x1 };
 
 /* ---- ALLOC_PD ------------------------------------------------------------------------------ */
 #define PRM_ALLOC_PD_OUT_PD PRM_FIELD(0x48, 24)
@@ -224,7 +247,11 @@ enum { PRM_CAP_TYPE_GENERAL = 0x0, PRM_CAP_TYPE_ETH = 0x1, PRM_CAP_TYPE_ODP = 0x
 #define PRM_CAP_MAX_WQE_SZ_SQ PRM_FIELD(0x310, 16)
 #define PRM_CAP_MAX_WQE_SZ_RQ PRM_FIELD(0x330, 16)
 #define PRM_CAP_MAX_WQE_SZ_SQ_DC PRM_FIELD(0x350, 16)
+#define PRM_CAP_UMR_MODIFY_ATOMIC_DISABLED PRM_FIELD(0x288, 1)
+#define PRM_CAP_DCT PRM_FIELD(0x29a, 1)
 #define PRM_CAP_LOG_MAX_PD PRM_FIELD(0x3ab, 5)
+#define PRM_CAP_BASIC_CYCLIC_RCV_WQE PRM_FIELD(0x400, 1)
+#define PRM_CAP_LOG_MAX_RMP PRM_FIELD(0x403, 5)
 #define PRM_CAP_LOG_UAR_PAGE_SZ PRM_FIELD(0x510, 16)
 #define PRM_CAP_DEVICE_FREQUENCY_MHZ PRM_FIELD(0x540, 32)
 #define PRM_CAP_DEVICE_FREQUENCY_KHZ PRM_FIELD(0x560, 32)

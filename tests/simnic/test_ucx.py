@@ -1,0 +1,189 @@
+"""Debian 12's own UCX 1.13 (ucx-utils), unmodified, on the emulated NIC under `sigmatrace simnic
+run`: the device in /sys and /dev/infiniband, `ucx_info -d`, and `ucx_perftest` UCT tests
+between two processes over rc_mlx5 (DevX, UCX's default, and its verbs fallback
+UCX_IB_MLX5_DEVX=n) and rc_verbs.  Each run must report exactly the iterations asked for.
+
+UCX's UCP layer needs a UD transport to wire RC endpoints up; UD QPs are not emulated yet, so
+UCP tests are not here (docs/simnic.md)."""
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+
+import pytest
+
+from sigmatrace.simnic import sysview
+
+from .conftest import Result, _kill, free_port, run
+
+pytestmark = [
+    pytest.mark.skipif(shutil.which("ucx_perftest") is None, reason="ucx-utils is not installed"),
+    pytest.mark.skipif(sysview.requirement() is not None,
+                       reason=f"no /sys view here: {sysview.requirement()}"),
+]
+
+ITERS = 40      # each latency iteration costs milliseconds on an oversubscribed 2-core machine
+
+
+def simnic_run(fabric, *argv, devices=1):
+    return [sys.executable, "-m", "sigmatrace.cli.main", "simnic", "run", "-n", str(devices),
+            "-f", fabric, "--", *argv]
+
+
+def perftest_pair(fabric, args, env, timeout=90):
+    """ucx_perftest server and client (127.0.0.1) on FABRIC; the client is retried while the
+    server is not listening yet."""
+    port = str(free_port())
+    srv = subprocess.Popen(simnic_run(fabric, "ucx_perftest", "-p", port, *args), env=env,
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                           start_new_session=True)
+    deadline = time.monotonic() + timeout
+    try:
+        while True:
+            cli = run(simnic_run(fabric, "ucx_perftest", "-p", port, *args, "127.0.0.1"), env,
+                      timeout=max(1, deadline - time.monotonic()))
+            if "Connection refused" not in cli.out + cli.err or srv.poll() is not None or \
+                    time.monotonic() > deadline:
+                break
+            time.sleep(0.2)
+        out, err = srv.communicate(timeout=max(1, deadline - time.monotonic()))
+    except subprocess.TimeoutExpired:
+        _kill(srv)
+        out, err = srv.communicate()
+        pytest.fail(f"server timed out\nstdout:\n{out}\nstderr:\n{err}")
+    finally:
+        if srv.poll() is None:
+            _kill(srv)
+    return Result(srv.returncode, out, err), cli
+
+
+def final_row(out: str) -> list[float]:
+    """The numbers of `-f` output's one result row: iterations, latency (50%, avg, overall),
+    bandwidth (avg, overall), message rate (avg, overall)."""
+    rows = [line.split() for line in out.splitlines() if re.match(r"^\s+\d+\s+[\d.]+", line)]
+    assert rows, out
+    return [float(x) for x in rows[-1]]
+
+
+def check_run(fabric, env, test, tl, layout=None, size=None):
+    args = ["-t", test, "-x", tl, "-d", "mlx5_0:1", "-n", str(ITERS), "-w", "2", "-f"]
+    if layout:
+        args += ["-D", layout]
+    if size:
+        args += ["-s", str(size)]
+    srv, cli = perftest_pair(fabric, args, env)
+    assert cli.rc == 0, cli.out + cli.err
+    assert srv.rc == 0, srv.out + srv.err
+    logs = cli.out + cli.err + srv.out + srv.err
+    assert "ERROR" not in logs and "WARN" not in logs, logs    # e.g. no vendor id in /sys
+    row = final_row(cli.out)
+    assert len(row) == 8
+    assert row[0] == ITERS                  # exactly the iterations asked for
+    assert row[2] > 0                       # average latency
+    if "bw" in test or "mr" in test:
+        assert row[6] > 0                   # message rate
+    return row
+
+
+# ---- the device in /sys and /dev ---------------------------------------------------------------
+
+def test_sysfs_view_shows_the_hcas_to_the_program_only(fabric):
+    before = sorted(os.listdir("/sys/class")), os.path.exists("/dev/infiniband")
+    script = ("for d in /sys/class/infiniband/*; do p=$(readlink -f $d/device); "
+              "echo $(basename $d) $p $(cat $p/vendor $p/device $p/numa_node $p/current_link_width); "
+              "done; stat -c '%n %F %t:%T %a' /dev/infiniband/uverbs*; "
+              "cat /sys/class/infiniband_verbs/uverbs1/ibdev; ls /dev/shm >/dev/null")
+    r = run(simnic_run(fabric, "sh", "-c", script, devices=2), os.environ, check=True)
+    lines = r.out.splitlines()
+    addrs = sysview.pci_addresses(2)
+    numa = "0" if os.path.isdir("/sys/devices/system/node/node0") else "-1"
+    for i, bdf in enumerate(addrs):
+        bus = bdf.split(":")[1]
+        assert lines[i] == (f"mlx5_{i} /sys/devices/pci0000:{bus}/{bdf} 0x15b3 0x1021 {numa} 16")
+    assert lines[2] == "/dev/infiniband/uverbs0 character special file e7:c0 666"
+    assert lines[3] == "/dev/infiniband/uverbs1 character special file e7:c1 666"
+    assert lines[4] == "mlx5_1"
+    # nothing changed outside the program's namespace
+    assert (sorted(os.listdir("/sys/class")), os.path.exists("/dev/infiniband")) == before
+
+
+def test_sysfs_view_agrees_with_the_library(fabric):
+    """The files say what ibv_devinfo reads through the emulated libibverbs."""
+    script = ("cat /sys/class/infiniband/mlx5_0/fw_ver /sys/class/infiniband/mlx5_0/board_id; "
+              "ibv_devinfo -d mlx5_0")
+    r = run(simnic_run(fabric, "sh", "-c", script), os.environ, check=True)
+    fw, board = r.out.splitlines()[:2]
+    assert re.search(rf"fw_ver:\s+{re.escape(fw)}$", r.out, re.M), r.out
+    assert re.search(rf"board_id:\s+{re.escape(board)}\b", r.out, re.M), r.out
+
+
+def test_no_sysfs_option_runs_without_the_view(fabric):
+    r = run([sys.executable, "-m", "sigmatrace.cli.main", "simnic", "run", "--no-sysfs", "-f",
+             fabric, "--", "sh", "-c", "test -e /sys/class/infiniband/mlx5_0"], os.environ)
+    assert r.rc == 1
+
+
+# ---- ucx_info -------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("tl", ["rc_mlx5", "rc_verbs"])
+def test_ucx_info_lists_the_device(tl, fabric):
+    r = run(simnic_run(fabric, "ucx_info", "-d", "-t", tl), os.environ, check=True)
+    assert re.search(rf"Transport: {tl}\n#\s+Device: mlx5_0:1\n#\s+Type: network\n"
+                     r"#\s+System device: mlx5_0 \(0\)", r.out), r.out
+    assert "failed to open interface" not in r.out
+    # the ConnectX-7 entry of UCX's device table (found through the PCI ids in /sys)
+    assert re.search(r"device priority: 70$", r.out, re.M), r.out
+    assert re.search(r"atomic_fadd: 64 bit$", r.out, re.M), r.out
+
+
+def test_ucx_info_lists_every_ib_transport(fabric):
+    r = run(simnic_run(fabric, "ucx_info", "-d"), os.environ)
+    assert r.rc == 0, r.out + r.err     # the UD interfaces fail to open, nothing crashes
+    names = re.findall(r"Transport: (\w+)\n#\s+Device: mlx5_0:1", r.out)
+    assert names == ["rc_verbs", "rc_mlx5", "ud_verbs", "ud_mlx5"], r.out
+
+
+# ---- ucx_perftest UCT tests ---------------------------------------------------------------------
+
+RC_MLX5 = [
+    ("put_lat", "short", None), ("put_bw", "bcopy", None), ("put_bw", "zcopy", 4096),
+    ("get", "bcopy", None), ("get", "zcopy", 4096),
+    ("am_lat", "short", None), ("am_bw", "bcopy", None), ("am_bw", "zcopy", 2048),
+    ("add_lat", None, None), ("add_mr", None, None), ("fadd", None, None), ("cswap", None, None),
+]
+
+
+@pytest.mark.parametrize("test,layout,size", RC_MLX5)
+def test_perftest_rc_mlx5_devx(test, layout, size, fabric):
+    check_run(fabric, os.environ, test, "rc_mlx5", layout, size)
+
+
+@pytest.mark.parametrize("test,layout,size", [("put_lat", "short", None), ("get", "bcopy", None),
+                                              ("am_bw", "zcopy", 2048), ("fadd", None, None)])
+def test_perftest_rc_mlx5_verbs_fallback(test, layout, size, fabric):
+    env = {**os.environ, "UCX_IB_MLX5_DEVX": "n"}
+    check_run(fabric, env, test, "rc_mlx5", layout, size)
+
+
+@pytest.mark.parametrize("test,layout,size", [
+    ("put_lat", "short", None), ("put_bw", "zcopy", 4096), ("get", "zcopy", 4096),
+    ("am_lat", "bcopy", None), ("am_bw", "short", None), ("fadd", None, None), ("cswap", None, None),
+])
+def test_perftest_rc_verbs(test, layout, size, fabric):
+    check_run(fabric, os.environ, test, "rc_verbs", layout, size)
+
+
+@pytest.mark.parametrize("tl", ["rc_mlx5", "rc_verbs"])
+def test_perftest_unsupported_atomic_is_refused(tl, fabric):
+    """64-bit swap needs ConnectX's masked atomics (rc_mlx5) or does not exist in verbs
+    (rc_verbs): both sides end with UCX's error, no crash, no hang."""
+    args = ["-t", "swap", "-x", tl, "-d", "mlx5_0:1", "-n", "10", "-f"]
+    srv, cli = perftest_pair(fabric, args, os.environ)
+    assert cli.rc == 255, cli.out + cli.err
+    assert "Failed to run test: Unsupported operation" in cli.out + cli.err
+    assert srv.rc in (0, 255), srv.out + srv.err
+    assert "Caught signal" not in cli.out + cli.err + srv.out + srv.err
