@@ -51,8 +51,9 @@ class Pinning:
     NIC moves by 10-20 % between processes when the scheduler places these spinning threads
     differently (same core, hyperthread siblings, another socket); pinned, runs compare."""
 
-    def __init__(self, app: str = "", engine: str = "", repeater: str = ""):
+    def __init__(self, app: str = "", engine: str = "", repeater: str = "", repeaters: str = ""):
         self.app, self.engine, self.repeater = app, engine, repeater
+        self.repeaters = repeaters or repeater  # the many-QP workload's repeater threads (one per CPU)
 
     @classmethod
     def auto(cls) -> "Pinning":
@@ -61,7 +62,9 @@ class Pinning:
             return cls()
         # every other CPU, so that no two of these are hyperthread siblings where siblings are
         # numbered next to each other; the first two stay with the system and this script
-        return cls(app=f"{cpus[2]},{cpus[4]}", engine=str(cpus[6]), repeater=str(cpus[min(8, len(cpus) - 1)]))
+        many = ",".join(str(cpus[i]) for i in (8, 10, 12, 14) if i < len(cpus))
+        return cls(app=f"{cpus[2]},{cpus[4]}", engine=str(cpus[6]), repeater=str(cpus[min(8, len(cpus) - 1)]),
+                   repeaters=many)
 
     def preexec(self):
         """For subprocess: put the program on its CPUs (None when it has none)."""
@@ -70,6 +73,10 @@ class Pinning:
 
     def repeater_args(self) -> list[str]:
         return ["--repeater-cpus", self.repeater] if self.repeater else []
+
+    def many(self) -> "Pinning":
+        """The same, with the repeater threads on their CPUs for many QPs (at most 4 threads)."""
+        return Pinning(self.app, self.engine, self.repeaters)
 
     def describe(self) -> str:
         if not (self.app or self.engine or self.repeater):
@@ -108,7 +115,8 @@ def run_example(backend: str, cfg: str, ex_args: list[str], workdir: Path, tag: 
     p = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=timeout, preexec_fn=pin.preexec())
     wall = time.monotonic() - t0
     if p.returncode != 0 or not summary.exists():
-        raise RuntimeError(f"{tag}: exit {p.returncode}\n{p.stdout[-2000:]}\n{p.stderr[-4000:]}")
+        said = summary.read_text()[-3000:] if summary.exists() else ""  # the example's own verdict
+        raise RuntimeError(f"{tag}: exit {p.returncode}\n{p.stdout[-2000:]}\n{p.stderr[-4000:]}\n{said}")
     out = json.loads(summary.read_text())
     out["wall_s"] = wall
     if traced:
@@ -193,6 +201,8 @@ def main() -> int:
     ap.add_argument("--gaps-us", default="0,20,200,2000", help="idle gaps for the back-off study")
     ap.add_argument("--only", default="latency,paired,pingpong,rate,rate-hostq,burst,gaps",
                     help="workloads to run (comma-separated)")
+    ap.add_argument("--multiqp", default="16:32768:16384,256:2048:2048",
+                    help="multiqp workload: QPs:slots:doorbells per QP, comma-separated (one GPU thread per QP)")
     ap.add_argument("--timeout", type=float, default=300)
     ap.add_argument("--json", type=Path, help="also write every figure here")
     ap.add_argument("--latency-configs", default="none,forward,wqe,wqe-before,wqe-after",
@@ -229,7 +239,13 @@ def main() -> int:
         "paired": (["--mode", "latency", "-n", str(a.lat_iters), "-w", str(a.warmup), "--op", "write",
                     "--queues", a.paired_queues], tuple(a.paired_configs.split(","))),
     }
-    workloads = {k: v for k, v in workloads.items() if k in only}
+    # many QPs, one submitting thread each, every thread ringing as fast as it can into a queue
+    # that never fills (so the NIC never holds a thread back): the aggregate rate and accounting
+    for spec in a.multiqp.split(",") if "multiqp" in only else []:
+        q, slots, n = spec.split(":")
+        workloads[f"multiqp{q}"] = (rate + ["--qps", q, "--slots", slots, "-n", n, "--timeout", "120"],
+                                     ("none", "wqe"))
+    workloads = {k: v for k, v in workloads.items() if k in only or k.startswith("multiqp")}
     results: dict = {"backend": backend, "rounds": [], "gaps": [], "pinning": pin.describe()}
     with tempfile.TemporaryDirectory(prefix="dbbench-") as tmp:
         work = Path(tmp)
@@ -240,7 +256,14 @@ def main() -> int:
                     tag = f"r{r}-{wl}-{cfg}"
                     con.print(f"  round {r + 1}/{a.rounds}: {wl:8s} {cfg}", highlight=False)
                     runner = run_paired if wl == "paired" else run_example
-                    row[(wl, cfg)] = runner(backend, cfg, args, work, tag, a.timeout, pin)
+                    if not wl.startswith("multiqp"):
+                        row[(wl, cfg)] = runner(backend, cfg, args, work, tag, a.timeout, pin)
+                        continue
+                    try:  # one failed many-QP run is reported, not the end of the benchmark
+                        row[(wl, cfg)] = runner(backend, cfg, args, work, tag, a.timeout, pin.many())
+                    except (RuntimeError, subprocess.TimeoutExpired) as e:
+                        con.print(f"[red]{tag} failed[/]: {str(e)[-3000:]}", highlight=False)
+                        row[(wl, cfg)] = {"error": str(e)[-3000:]}
             results["rounds"].append({f"{k[0]}/{k[1]}": v for k, v in row.items()})
         for gap in [float(g) for g in a.gaps_us.split(",")] if "gaps" in only else []:
             args = ["--mode", "latency", "-n", str(max(200, a.lat_iters // 10)), "-w", "50", "--op", "write",
@@ -355,6 +378,35 @@ def main() -> int:
                          "wqes": rep.get("wqes"), "losses": rep.get("wqe_losses"),
                          "doorbells_per_s": d.get("issue_doorbells_per_s") if wl == "burst" else d["doorbells_per_s"]})
     results["accounting"] = acct
+
+    # many QPs: aggregate doorbell rate traced against untraced, accounting, the repeaters' CPU time
+    mq = [wl for wl in workloads if wl.startswith("multiqp")]
+    if mq:
+        tm = Table(title="many QPs, one GPU thread each (--doorbells wqe against no tracer, same round)")
+        for col in ("QPs", "round", "M doorbells/s none", "M doorbells/s wqe", "wqe vs none", "WQEs posted",
+                    "WQEs in trace", "lost", "repeater threads", "repeater CPU (s)", "CPU / wall"):
+            tm.add_column(col, justify="right")
+        many = []
+        for wl in mq:
+            for i, rd in enumerate(results["rounds"]):
+                none, d = rd[f"{wl}/none"], rd[f"{wl}/wqe"]
+                if "error" in none or "error" in d:
+                    tm.add_row(wl[7:], str(i + 1), *(["failed"] * 9))
+                    continue
+                st = d.get("repeater_stats", [])
+                rep = d.get("report", {})
+                x = {"qps": len(d["qps"]), "round": i + 1, "none_per_s": none["issue_doorbells_per_s"],
+                     "wqe_per_s": d["issue_doorbells_per_s"], "posted": sum(q["wqes"] for q in d["qps"]),
+                     "wqes": rep.get("wqes"), "losses": rep.get("wqe_losses"), "repeater_threads": len(st),
+                     "repeater_cpu_s": sum(s_.get("cpu_ns", 0) for s_ in st) / 1e9,
+                     "repeater_wall_s": sum(s_.get("wall_ns", 0) for s_ in st) / 1e9}
+                many.append(x)
+                tm.add_row(str(x["qps"]), str(x["round"]), f"{x['none_per_s'] / 1e6:.2f}", f"{x['wqe_per_s'] / 1e6:.2f}",
+                           pct(x["wqe_per_s"], x["none_per_s"]), str(x["posted"]), str(x["wqes"]), str(x["losses"]),
+                           str(x["repeater_threads"]), f"{x['repeater_cpu_s']:.3f}",
+                           f"{100 * x['repeater_cpu_s'] / max(1e-9, x['repeater_wall_s']):.0f}%")
+        con.print(tm)
+        results["multiqp"] = many
     t2 = Table(title="WQE accounting at full rate (--doorbells wqe, one thread, one doorbell per WQE)")
     for col in ("queues", "round", "doorbells/s (M)", "rung", "seen (coalesced)", "WQEs posted", "WQEs in trace", "lost"):
         t2.add_column(col, justify="right")

@@ -142,7 +142,12 @@ static void *alloc_pinned(struct db_copier *b, size_t bytes)
     struct cuda_copier *c = (struct cuda_copier *)b;
     CUresult err;
     size_t total = (bytes + 4095 + 4096) & ~(size_t)4095;
+    /* made on the program's thread too (repeater.c, provision()): its current context stays */
+    CUcontext before = NULL;
+    int had = cu_drv.CtxGetCurrent && cu_drv.CtxGetCurrent(&before) == CUDA_SUCCESS;
     void *p = copier_enter(c) ? NULL : cuda_pinned(total, CU_MEMHOSTALLOC_PORTABLE, &err);
+    if (had && before != c->ctx && cu_drv.CtxSetCurrent(before) == CUDA_SUCCESS)
+        tls_ctx = before;
     if (!p) { /* pageable: copies are then synchronous, still correct */
         char *q = calloc(1, bytes + 4096);
         if (!q)

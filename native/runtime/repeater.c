@@ -185,6 +185,8 @@ void db_stats(struct db_stats *out)
 
 /* ---- QPs of a page ------------------------------------------------------------------------ */
 
+static struct db_copier *provision(struct db_page *pg, struct db_qp *q, size_t bytes);
+
 int db_page_add_qp(struct db_page *pg, struct db_qp *q)
 {
     pthread_mutex_lock(&g_qp_lock);
@@ -203,6 +205,8 @@ int db_page_add_qp(struct db_page *pg, struct db_qp *q)
     pthread_mutex_unlock(&g_qp_lock);
     q->live->repeater = (uint32_t)pg->index;
     q->live->flags |= ST_QPF_WATCHED;
+    if (pg->thread && pg->thread->p.mode == ST_DB_WQE && q->slots && q->sq_mem == DB_MEM_GPU)
+        provision(pg, q, (size_t)q->slots << MLX5_BB_SHIFT); /* see provision() */
     return 0;
 }
 
@@ -261,12 +265,34 @@ static struct db_qp *page_find_qp(struct db_page *pg, uint32_t qpn)
 
 /* ---- doorbells ------------------------------------------------------------------------------ */
 
-/* The page's copier for GPU memory, made on first need by the page's thread; NULL if none. */
+/* The page's copier for GPU memory, made on first need; NULL if none. */
 static struct db_copier *page_gpu_copier(struct db_page *pg)
 {
     if (!pg->gpu_cp && g_cops && g_cops->gpu_copier)
         pg->gpu_cp = g_cops->gpu_copier(g_cops_owner, pg->cuctx);
     return pg->gpu_cp;
+}
+
+/* A QP's copy stream and pinned mirror are CUDA resources, and the driver may wait for the
+ * device while it makes them: on the H200, with 64 doorbell pages, a repeater's cuStreamCreate /
+ * cuMemHostRegister at a first doorbell waited inside the driver, holding its lock, for a kernel
+ * that waited for doorbells that repeater held (and the emulated NIC's copies waited for the
+ * lock): every QP timed out.  So they are made when a QP in GPU memory joins its page (on the
+ * program's thread, in the call that creates the QP or hands out the doorbell page, before a
+ * kernel can ring it), and a doorbell only uses them.  g_prov_lock: the program's thread and the
+ * page's repeater may both get there first. */
+static pthread_mutex_t g_prov_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static struct db_copier *provision(struct db_page *pg, struct db_qp *q, size_t bytes)
+{
+    pthread_mutex_lock(&g_prov_lock);
+    struct db_copier *cp = page_gpu_copier(pg);
+    if (cp && !q->mirror) {
+        q->mirror = (cp->async && g_cops && g_cops->alloc_mirror) ? g_cops->alloc_mirror(cp, bytes) : calloc(1, bytes);
+        q->mirror_cp = cp;
+    }
+    pthread_mutex_unlock(&g_prov_lock);
+    return cp;
 }
 
 static void prepare_recovery(struct db_page *pg, struct db_qp *q)
@@ -275,8 +301,9 @@ static void prepare_recovery(struct db_page *pg, struct db_qp *q)
     q->rec_state = -1;
     if (!q->slots || q->sq_mem == DB_MEM_UNKNOWN)
         return;
+    size_t bytes = (size_t)q->slots << MLX5_BB_SHIFT;
     if (q->sq_mem == DB_MEM_GPU) {
-        cp = page_gpu_copier(pg);
+        cp = provision(pg, q, bytes);
         if (!cp) {
             db_error("wqe_recovery", "qp 0x%x: its send queue is in GPU memory and no CUDA copy stream could be made; its WQEs are counted as lost",
                      q->qpn);
@@ -285,7 +312,6 @@ static void prepare_recovery(struct db_page *pg, struct db_qp *q)
     } else {
         cp = &db_host_copier;
     }
-    size_t bytes = (size_t)q->slots << MLX5_BB_SHIFT;
     if (!q->mirror) {
         q->mirror = (cp->async && g_cops && g_cops->alloc_mirror) ? g_cops->alloc_mirror(cp, bytes) : calloc(1, bytes);
         q->mirror_cp = cp;

@@ -280,6 +280,23 @@ def test_forward_mode_copies_nothing(progs):
     assert q["nic_done"] == 3000
 
 
+@pytest.mark.parametrize("args, at_setup", [(("--copier", "eager"), 4), (("--copier", "eager", "--forward"), 0),
+                                            (("--copier", "host"), 0)])
+def test_copy_resources_of_gpu_queues_are_made_when_the_qp_joins_its_page(progs, args, at_setup):
+    """A queue in GPU memory gets its mirror (and copy stream) when the QP joins its page, on the
+    thread that sets it up, not at its first doorbell on a repeater: making CUDA resources while
+    the program's kernels run can wait inside the driver for those kernels, which wait for the
+    doorbells that repeater holds (every QP of a 64-QP run on the H200 timed out).  Queues in host
+    memory need none; forwarding copies nothing."""
+    d = run(progs, "--ops", "2000", "--qps", "4", "--slots", "256", *args)
+    assert d["mirrors_at_setup"] == at_setup
+    assert d["mirrors_later"] == 0  # a host queue's mirror is plain memory, not the copier's
+    for q in d["qps"]:
+        assert q["nic_done"] == q["pi"] == 2000
+        if at_setup:
+            assert_all_recovered(q, 2000)
+
+
 def test_doorbells_of_an_unknown_qp(progs):
     """A QP nobody told us about: its first doorbell is the base, every later block is announced
     but cannot be located, so it is a loss, never silently dropped."""

@@ -185,9 +185,16 @@ static struct db_copier *tc_for(void *owner, void *ctx)
     (void)ctx;
     return &tc.base;
 }
+/* mirrors made by the thread that sets the QPs up (before any doorbell), not by a repeater */
+static pthread_t setup_thread;
+static uint64_t mirrors_at_setup, mirrors_later;
 static void *tc_alloc(struct db_copier *c, size_t n)
 {
     (void)c;
+    if (pthread_equal(pthread_self(), setup_thread))
+        mirrors_at_setup++;
+    else
+        __atomic_add_fetch(&mirrors_later, 1, __ATOMIC_RELAXED);
     return calloc(1, n);
 }
 static void tc_free(struct db_copier *c, void *p)
@@ -482,6 +489,7 @@ int main(int argc, char **argv)
     int host = !strcmp(opt.copier, "host");
     db_set_copier_ops(&tc_ops, NULL);
     test_env.on_record = on_record;
+    setup_thread = pthread_self();
 
     struct db_params p;
     db_params_load(&p, mode);
@@ -542,9 +550,10 @@ int main(int argc, char **argv)
     printf("{\"seconds\":%.3f,\"gpu_failed\":%d,\"errors\":%" PRIu64 ",\"copies\":%" PRIu64 ",\"syncs\":%" PRIu64
            ",\"unknown_qp_doorbells\":%" PRIu64 ",\"backward\":%" PRIu64 ",\"armed\":%" PRIu64
            ",\"armed_fired\":%" PRIu64 ",\"armed_released_early\":%" PRIu64 ",\"record_doorbells\":%" PRIu64
-           ",\"nic_strangers\":%" PRIu64 ",\"qps\":[",
+           ",\"nic_strangers\":%" PRIu64 ",\"mirrors_at_setup\":%" PRIu64 ",\"mirrors_later\":%" PRIu64 ",\"qps\":[",
            secs, gpu_failed, test_env.errors, tc.copies, tc.syncs, st.unknown_qp_doorbells, st.backward_doorbells,
-           tc.holds, tc.fired, tc.released_early, st.record_doorbells, nic_strangers);
+           tc.holds, tc.fired, tc.released_early, st.record_doorbells, nic_strangers, mirrors_at_setup,
+           __atomic_load_n(&mirrors_later, __ATOMIC_RELAXED));
     for (uint32_t i = 0; i < opt.qps; i++) {
         struct qstate *q = &Q[i];
         struct st_live_qp *l = test_live_qp(q->qpn);
