@@ -53,7 +53,8 @@ class StreamHeader:
 
 
 class StreamFile:
-    """One streams/*.bin file: its header, then records, validated as they are read."""
+    """One streams/*.bin file: its header, then records (version 1) or blocks of records
+    (version 2), validated as they are read."""
 
     def __init__(self, path: str | os.PathLike, on_problem=None):
         self.path = Path(path)
@@ -65,10 +66,12 @@ class StreamFile:
         raw = np.fromfile(self.path, dtype=fmt.STREAM_HEADER_DTYPE, count=1)[0]
         if bytes(raw["magic"]) != fmt.STREAM_MAGIC:
             raise TraceFormatError(f"{self.path}: not a sigmatrace stream (bad magic)")
-        if int(raw["version"]) != fmt.FORMAT_VERSION or int(raw["record_size"]) != fmt.RECORD_SIZE:
+        self.version = int(raw["version"])
+        if self.version not in fmt.STREAM_VERSIONS or int(raw["record_size"]) != fmt.RECORD_SIZE:
             raise TraceFormatError(
-                f"{self.path}: stream version {int(raw['version'])} / record size {int(raw['record_size'])} "
-                f"not supported (expected {fmt.FORMAT_VERSION} / {fmt.RECORD_SIZE})")
+                f"{self.path}: stream version {self.version} / record size {int(raw['record_size'])} "
+                f"not supported (this sigmatrace reads versions "
+                f"{', '.join(map(str, fmt.STREAM_VERSIONS))} of {fmt.RECORD_SIZE}-byte records)")
         try:
             clock = fmt.Clock(int(raw["clock"]))
         except ValueError:
@@ -83,8 +86,16 @@ class StreamFile:
             pid, tid = (pid if pid < PID_LIMIT else 0), named
         self.header = StreamHeader(pid, tid, clock, bytes(raw["name"]).rstrip(b"\0").decode(errors="replace"),
                                    int(raw["flags"]))
+        if self.version == fmt.FORMAT_VERSION:
+            # (offset, count, first_seq, widths) of every sound block
+            self._blocks = _scan_blocks(self.path, size, self._problem)
+            self.n_records = sum(b[1] for b in self._blocks)
+            last = self._blocks[-1] if self._blocks else None
+            self.end_offset = last[0] + fmt.block_size(last[1], last[3]) if last else fmt.STREAM_HEADER_SIZE
+            return
         body = size - fmt.STREAM_HEADER_SIZE
         self.n_records = body // fmt.RECORD_SIZE
+        self.end_offset = fmt.STREAM_HEADER_SIZE + self.n_records * fmt.RECORD_SIZE
         tail = body % fmt.RECORD_SIZE
         if tail:
             self._problem(Problem(self.path, fmt.STREAM_HEADER_SIZE + self.n_records * fmt.RECORD_SIZE,
@@ -92,18 +103,25 @@ class StreamFile:
 
     def chunks(self, chunk_records: int = DEFAULT_CHUNK_RECORDS) -> Iterator[np.ndarray]:
         """Sound records, in chunks of at most `chunk_records`, in file order."""
+        if self.version == fmt.FORMAT_VERSION:
+            yield from self._block_chunks(chunk_records, validate=True)
+            return
         expected = 1
         with open(self.path, "rb") as f:
             for start in range(0, self.n_records, chunk_records):
                 count = min(chunk_records, self.n_records - start)
                 f.seek(fmt.STREAM_HEADER_SIZE + start * fmt.RECORD_SIZE)
                 recs = np.fromfile(f, dtype=fmt.RECORD_DTYPE, count=count)
-                good, expected = self._validate(recs, start, expected)
+                good, expected = self._validate(recs, lambda i, s=start: fmt.STREAM_HEADER_SIZE + (s + i) * fmt.RECORD_SIZE,
+                                                expected)
                 if len(good):
                     yield good
 
     def raw_chunks(self, chunk_records: int = DEFAULT_CHUNK_RECORDS) -> Iterator[np.ndarray]:
         """Every whole record, unvalidated, in chunks: for quick scans of a column."""
+        if self.version == fmt.FORMAT_VERSION:
+            yield from self._block_chunks(chunk_records, validate=False)
+            return
         with open(self.path, "rb") as f:
             f.seek(fmt.STREAM_HEADER_SIZE)
             for start in range(0, self.n_records, chunk_records):
@@ -114,11 +132,48 @@ class StreamFile:
         parts = list(self.chunks())
         if not parts:
             return np.zeros(0, fmt.RECORD_DTYPE)
+        if len(parts) == 1:
+            return parts[0]
         # joined as bytes: numpy concatenates structured arrays field by field, ~40x slower
         return np.concatenate([p.view(np.uint8).reshape(-1) for p in parts]).view(fmt.RECORD_DTYPE)
 
-    def _validate(self, recs: np.ndarray, start: int, expected: int) -> tuple[np.ndarray, int]:
-        """Keep records whose seq continues the stream and whose type is known; report the rest.
+    def _block_chunks(self, chunk_records: int, validate: bool) -> Iterator[np.ndarray]:
+        """Version 2: blocks decoded (and validated) straight into chunks of at most
+        `chunk_records` records, in file order."""
+        expected = 1
+        left = self.n_records
+        out, pos = None, 0
+        with open(self.path, "rb") as f:
+            for off, count, first_seq, widths in self._blocks:
+                if out is not None and pos + count > len(out):
+                    yield out[:pos]
+                    out = None
+                if out is None:
+                    out, pos = np.empty(max(min(chunk_records, left), 0), fmt.RECORD_DTYPE), 0
+                left -= count
+                f.seek(off)
+                buf = f.read(fmt.block_size(count, widths))
+                fits = count <= len(out)
+                recs = decode_block(buf, count, first_seq, widths, out[pos:pos + count] if fits else None)
+                if validate:
+                    recs, expected = self._validate(recs, lambda i, o=off: o, expected)
+                if fits:
+                    if len(recs) != count:
+                        out[pos:pos + len(recs)] = recs
+                    pos += len(recs)
+                    continue
+                # a block larger than a chunk: its records in slices
+                if pos:
+                    yield out[:pos]
+                for i in range(0, len(recs), chunk_records):
+                    yield recs[i:i + chunk_records]
+                out, pos = None, 0
+        if out is not None and pos:
+            yield out[:pos]
+
+    def _validate(self, recs: np.ndarray, offset_of, expected: int) -> tuple[np.ndarray, int]:
+        """Keep records whose seq continues the stream and whose type is known; report the rest
+        (at the byte offset `offset_of(i)` gives for record i: its own, or its block's).
 
         A record never written (seq 0, type 0) ends the readable part of a chunk's run; a jump
         in seq is reported once and the stream resynchronises on the new value."""
@@ -137,7 +192,7 @@ class StreamFile:
             # seq runs 1..0xffffffff and then starts again at 1 (0 means unwritten)
             jumps = np.flatnonzero((s != prev + 1) & ~((prev == 0xFFFFFFFF) & (s == 1)))
             for j in jumps[:16]:
-                off = fmt.STREAM_HEADER_SIZE + (start + int(idx[j])) * fmt.RECORD_SIZE
+                off = offset_of(int(idx[j]))
                 self._problem(Problem(self.path, off, f"sequence jumps from {int(prev[j])} to {int(s[j])}"))
             if len(jumps) > 16:
                 self._problem(Problem(self.path, None, f"{len(jumps) - 16} more sequence jumps"))
@@ -146,11 +201,11 @@ class StreamFile:
             return recs, expected
         unreadable = ~ok & ~impossible
         if unreadable.any():
-            off = fmt.STREAM_HEADER_SIZE + (start + int(np.flatnonzero(unreadable)[0])) * fmt.RECORD_SIZE
+            off = offset_of(int(np.flatnonzero(unreadable)[0]))
             self._problem(Problem(self.path, off, f"{int(unreadable.sum())} unreadable record(s) skipped "
                                                   "(unwritten or unknown type)"))
         if impossible.any():
-            off = fmt.STREAM_HEADER_SIZE + (start + int(np.flatnonzero(impossible)[0])) * fmt.RECORD_SIZE
+            off = offset_of(int(np.flatnonzero(impossible)[0]))
             self._problem(Problem(self.path, off, f"{int(impossible.sum())} record(s) with impossible clock values "
                                                   "skipped (timestamp beyond 63 bits, or a damaged calibration)"))
         # structured boolean indexing copies field by field: select whole 48-byte rows instead
@@ -161,6 +216,90 @@ class StreamFile:
         self.problems.append(pr)
         if self._on_problem is not None:
             self._on_problem(pr)
+
+
+def _block_header_sound(h: np.ndarray) -> bool:
+    w = h["width"]
+    return (int(h["magic"]) == fmt.BLOCK_MAGIC and 0 < int(h["count"]) <= fmt.BLOCK_MAX_RECORDS
+            and int(h["first_seq"]) != 0 and bool(np.isin(w, fmt.BLOCK_WIDTHS).all())
+            and bool((w <= fmt.BLOCK_MAX_WIDTH).all()) and int(h["size"]) == fmt.block_size(int(h["count"]), w))
+
+
+_BLOCK_MAGIC_BYTES = int(fmt.BLOCK_MAGIC).to_bytes(4, "little")
+
+
+def _scan_blocks(path: Path, size: int, problem) -> list[tuple[int, int, int, np.ndarray]]:
+    """Walk a version 2 stream's block headers: (offset, count, first_seq, widths) of each sound
+    block.  A damaged header is reported and skipped up to the next sound block header; a block
+    cut short by the file's end is reported."""
+    blocks = []
+    off = fmt.STREAM_HEADER_SIZE
+    with open(path, "rb") as f:
+        while off < size:
+            f.seek(off)
+            raw = f.read(fmt.BLOCK_HEADER_SIZE)
+            h = np.frombuffer(raw, fmt.BLOCK_HEADER_DTYPE)[0] if len(raw) == fmt.BLOCK_HEADER_SIZE else None
+            if h is not None and _block_header_sound(h):
+                if off + int(h["size"]) <= size:
+                    blocks.append((off, int(h["count"]), int(h["first_seq"]), h["width"].copy()))
+                    off += int(h["size"])
+                    continue
+                problem(Problem(path, off, f"truncated block ({size - off} trailing bytes, {int(h['count'])} "
+                                           "records) skipped"))
+                break
+            if h is None:
+                problem(Problem(path, off, f"truncated block ({size - off} trailing bytes) skipped"))
+                break
+            nxt = _next_block(f, off + 1, size)
+            problem(Problem(path, off, f"damaged block header: {(nxt if nxt is not None else size) - off} bytes "
+                                       "skipped"))
+            if nxt is None:
+                break
+            off = nxt
+    return blocks
+
+
+def _next_block(f, start: int, size: int) -> int | None:
+    """Offset of the next sound block header at or after `start`, or None."""
+    piece = 1 << 20
+    pos = start
+    while pos < size:
+        f.seek(pos)
+        buf = f.read(piece + fmt.BLOCK_HEADER_SIZE)
+        i = buf.find(_BLOCK_MAGIC_BYTES)
+        while i >= 0 and i < piece:
+            raw = buf[i:i + fmt.BLOCK_HEADER_SIZE]
+            if len(raw) == fmt.BLOCK_HEADER_SIZE:
+                h = np.frombuffer(raw, fmt.BLOCK_HEADER_DTYPE)[0]
+                if _block_header_sound(h):
+                    return pos + i
+            i = buf.find(_BLOCK_MAGIC_BYTES, i + 1)
+        pos += piece
+    return None
+
+
+def decode_block(buf: bytes, count: int, first_seq: int, widths: np.ndarray,
+                 out: np.ndarray | None = None) -> np.ndarray:
+    """The records of one version 2 block (`buf` starts at its header), seq included; decoded
+    into `out` (count records) when given."""
+    if out is None:
+        out = np.empty(count, fmt.RECORD_DTYPE)
+    bases = np.frombuffer(buf, fmt.BLOCK_BASES_DTYPE, 1, fmt.BLOCK_HEADER_SIZE)[0]
+    p = fmt.BLOCK_HEADER_SIZE + fmt.BLOCK_BASES_SIZE
+    for i, c in enumerate(fmt.BLOCK_COLUMNS):
+        w = int(widths[i])
+        if not w:
+            out[c] = bases[c]
+            continue
+        col = out[c]
+        col[...] = np.frombuffer(buf, _UINT[w], count, p)
+        col += bases[c]
+        p += w * count
+    out["seq"] = fmt.seq_run(first_seq, count)
+    return out
+
+
+_UINT = {1: np.dtype("u1"), 2: np.dtype("<u2"), 4: np.dtype("<u4"), 8: np.dtype("<u8")}
 
 
 def impossible_clocks(recs: np.ndarray) -> np.ndarray:
@@ -282,25 +421,26 @@ class ProcessTrace:
 
         The runtime publishes its counts after each write, so a stream never holds fewer records
         than they say unless it was damaged afterwards."""
-        sizes: dict[int, list[tuple[Path, int]]] = {}
+        sizes: dict[int, list[tuple[Path, int, int]]] = {}
         total = 0           # every stream's records: counting the eBPF loader's too can only hide damage
         for path in self.stream_paths():
             try:
-                n = max(0, path.stat().st_size - fmt.STREAM_HEADER_SIZE) // fmt.RECORD_SIZE
-            except OSError:
+                sf = StreamFile(path)         # its own problems are reported where it is read
+                n, end = sf.n_records, sf.end_offset
+            except (OSError, TraceFormatError):
                 continue
             total += n
             m = _STREAM_NAME.match(path.name)     # t<tid>.bin: the runtime's (cxi-<tid>.bin: the eBPF loader's)
             if m is not None:
-                sizes.setdefault(int(m.group(1)), []).append((path, n))
+                sizes.setdefault(int(m.group(1)), []).append((path, n, end))
         flagged = 0
         for tid, want in _by_tid(snap.threads).items():
             files = sizes.get(tid, [])
-            have = sum(n for _, n in files)
+            have = sum(n for _, n, _ in files)
             if have < want:
                 flagged += want - have
-                path, n = files[-1] if files else (self.path / "streams" / f"t{tid}.bin", 0)
-                where = fmt.STREAM_HEADER_SIZE + n * fmt.RECORD_SIZE if files else None
+                path, n, end = files[-1] if files else (self.path / "streams" / f"t{tid}.bin", 0, None)
+                where = end
                 self.add_problem(Problem(path, where, f"cut short: thread {tid} wrote {want} records, "
                                                       f"{have} are here ({want - have} missing)"))
         self.cold()
@@ -375,10 +515,10 @@ class TraceDir:
             return
         if s.get("format") != SESSION_FORMAT:
             self.problems.append(Problem(path, None, f"format {s.get('format')!r} is not {SESSION_FORMAT!r}; "
-                                                     f"read as version {fmt.FORMAT_VERSION}"))
-        elif s.get("version") != fmt.FORMAT_VERSION:
+                                                     f"read as version {fmt.SESSION_VERSION}"))
+        elif s.get("version") != fmt.SESSION_VERSION:
             self.problems.append(Problem(path, None, f"version {s.get('version')!r} is not one this sigmatrace "
-                                                     f"reads ({fmt.FORMAT_VERSION}); read as version {fmt.FORMAT_VERSION}"))
+                                                     f"reads ({fmt.SESSION_VERSION}); read as version {fmt.SESSION_VERSION}"))
 
     def all_problems(self) -> list[Problem]:
         out = list(self.problems)
