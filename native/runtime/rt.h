@@ -165,11 +165,16 @@ static inline uint32_t st_seq_next(uint32_t s) { return s == UINT32_MAX ? 1 : s 
 /* Room for one record, or NULL (the drop is counted) when the ring is full or the thread has no
  * ring (aggregate mode).  Fill every field but seq, then st_rec_commit. */
 struct st_record *st_ring_full(struct st_thread *t);
+#define ST_RING_PREFETCH 16 /* records: 768 bytes, 12 lines ahead */
 static inline struct st_record *st_rec_reserve(struct st_thread *t)
 {
     uint64_t h = t->head;
     if (ST_UNLIKELY(h - t->tail_cache > t->mask))
         return st_ring_full(t);
+    /* ask for the line a few records ahead now, for writing: a ring larger than the caches
+     * would otherwise make every new line a miss the record waits for, whose cost depends on
+     * what else uses memory at that moment */
+    __builtin_prefetch(&t->ring[(h + ST_RING_PREFETCH) & t->mask], 1, 3);
     return &t->ring[h & t->mask];
 }
 
