@@ -465,7 +465,13 @@ class ProcessTrace:
             try:
                 sf = StreamFile(path)         # its own problems are reported where it is read
                 n, end = sf.n_records, sf.end_offset
-            except (OSError, TraceFormatError):
+            except TraceFormatError:          # a header not ours: counted by its size, as version 1
+                try:
+                    n = max(0, path.stat().st_size - fmt.STREAM_HEADER_SIZE) // fmt.RECORD_SIZE
+                except OSError:
+                    continue
+                end = fmt.STREAM_HEADER_SIZE + n * fmt.RECORD_SIZE
+            except OSError:
                 continue
             total += n
             m = _STREAM_NAME.match(path.name)     # t<tid>.bin: the runtime's (cxi-<tid>.bin: the eBPF loader's)
