@@ -66,12 +66,11 @@ size_t st_block_encode(const struct st_record *r, uint32_t n, unsigned char *out
     uint32_t key_lo = r[0].key, key_hi = r[0].key, a32_lo = r[0].aux32, a32_hi = r[0].aux32;
     uint8_t ty_lo = r[0].type, ty_hi = r[0].type, fl_lo = r[0].flags, fl_hi = r[0].flags;
     uint8_t op_lo = r[0].op, op_hi = r[0].op, ax_lo = r[0].aux, ax_hi = r[0].aux;
+/* branch-free (conditional moves): a counter or a timestamp moves `hi` on every record */
 #define ST_RANGE(f, lo, hi)                                                                     \
     do {                                                                                       \
-        if (r[i].f < lo)                                                                       \
-            lo = r[i].f;                                                                       \
-        if (r[i].f > hi)                                                                       \
-            hi = r[i].f;                                                                       \
+        lo = r[i].f < lo ? r[i].f : lo;                                                        \
+        hi = r[i].f > hi ? r[i].f : hi;                                                        \
     } while (0)
     for (uint32_t i = 1; i < n; i++) {
         ST_RANGE(ts, ts_lo, ts_hi);
