@@ -219,11 +219,16 @@ static void *st_flusher_main(void *arg)
             st_emit_calib();
             last_cal = now;
         }
-        /* busy: 100 us; some data: 1 ms; idle: back off up to flush_max_ms.  Never a spin:
-         * each pass reads the producers' cursors and stores the tails, and a flusher passing
-         * without pause would move those lines between cores on every record (the hot path's
-         * cost would then depend on what the flusher is doing); a ring holds many ms of records. */
+        /* busy: 100 us; some data: 1 ms; idle: back off up to flush_max_ms.  No spinning but
+         * when a ring is over half full (records are about to be dropped: the flusher did not
+         * get the CPU): each pass reads the producers' cursors and stores the tails, and a
+         * flusher passing without pause would move those lines between cores on every record
+         * (the hot path's cost would then depend on what the flusher is doing). */
         int max_us = (int)st_config()->flush_max_ms * 1000;
+        if (fullest > 0.5) {
+            sched_yield();
+            continue;
+        }
         if (fullest > 0.25)
             sleep_us = 100;
         else if (fullest > 0)
