@@ -261,3 +261,19 @@ def test_unknown_stream_version_says_so(tmp_path):
     with pytest.raises(TraceFormatError, match=r"stream version 3 / record size 48 not supported \(this sigmatrace "
                                                r"reads versions 1, 2 of 48-byte records\)"):
         StreamFile(p)
+
+
+def test_v2_jump_after_the_wrap_names_the_last_seq(tmp_path):
+    p = tmp_path / "t11.bin"
+    a, b = _records(2), _records(2)
+    a["seq"] = [0xFFFFFFFE, 0xFFFFFFFF]
+    b["seq"] = [5, 6]                                                 # 1 expected after the wrap
+    with open(p, "wb") as f:
+        f.write(fmt.make_stream_header(10, 11, "main", version=fmt.FORMAT_VERSION))
+        f.write(fmt.encode_block(a))
+        second = f.tell()
+        f.write(fmt.encode_block(b))
+    s = StreamFile(p)
+    assert len(s.read()) == 4
+    assert [(pr.offset, pr.what) for pr in s.problems] == [
+        (fmt.STREAM_HEADER_SIZE, "sequence jumps from 0 to 4294967294"), (second, "sequence jumps from 4294967295 to 5")]

@@ -144,7 +144,7 @@ class StreamFile:
         `chunk_records` records (a larger block: in slices), in file order; each chunk validated
         as a whole (a record's offset is its block's)."""
         blocks = self._blocks
-        expected = 1
+        last, expected = 0, 1
         i = 0
         with open(self.path, "rb") as f:
             while i < len(blocks):
@@ -162,8 +162,9 @@ class StreamFile:
                 for off, count, first_seq, widths in blocks[i:j]:
                     if validate and first_seq != expected:
                         # seq runs on by one within a block: only the blocks' joints can jump
-                        self._problem(Problem(self.path, off, f"sequence jumps from {expected - 1} to {first_seq}"))
-                    expected = (first_seq - 1 + count) % 0xFFFFFFFF + 1
+                        self._problem(Problem(self.path, off, f"sequence jumps from {last} to {first_seq}"))
+                    last = (first_seq - 2 + count) % 0xFFFFFFFF + 1      # the block's last seq
+                    expected = last % 0xFFFFFFFF + 1
                     decode_block(buf, count, first_seq, widths, out[pos:pos + count], at=off - start)
                     starts.append(pos)
                     offs.append(off)
