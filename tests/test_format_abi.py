@@ -3,6 +3,7 @@ compile a program that prints offsetof/sizeof for every field the dtypes name, a
 import subprocess
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from sigmatrace.trace import format as fmt
@@ -13,6 +14,7 @@ ROOT = Path(__file__).resolve().parent.parent
 CASES = [
     ("st_record", fmt.RECORD_DTYPE, "records.h"),
     ("st_stream_header", fmt.STREAM_HEADER_DTYPE, "records.h"),
+    ("st_block_header", fmt.BLOCK_HEADER_DTYPE, "records.h"),
     ("st_live_header", live.HEADER_DTYPE, "live.h"),
     ("st_live_thread", live.THREAD_DTYPE, "live.h"),
     ("st_live_qp", live.QP_DTYPE, "live.h"),
@@ -31,7 +33,9 @@ def c_layout(tmp_path_factory):
         lines.append(f'printf("{struct} . %zu\\n", sizeof(struct {struct}));')
         for name in dtype.names:
             lines.append(f'printf("{struct} {name} %zu\\n", offsetof(struct {struct}, {name}));')
-    for macro in ["ST_LIVE_FILE_SIZE", "ST_LIVE_QP_OFFSET", "ST_LIVE_REPEATER_OFFSET"]:
+    for macro in ["ST_LIVE_FILE_SIZE", "ST_LIVE_QP_OFFSET", "ST_LIVE_REPEATER_OFFSET", "ST_FORMAT_VERSION",
+                  "ST_FORMAT_VERSION_RECORDS", "ST_BLOCK_MAGIC", "ST_BLOCK_COLUMNS", "ST_BLOCK_MAX_RECORDS",
+                  "ST_BLOCK_BASES_SIZE", "ST_COL_TS", "ST_COL_KEY", "ST_COL_AUX32"]:
         lines.append(f'printf("macro {macro} %zu\\n", (size_t)({macro}));')
     lines.append("return 0; }")
     src = d / "abi.c"
@@ -56,3 +60,50 @@ def test_live_table_offsets(c_layout):
     assert c_layout[("macro", "ST_LIVE_FILE_SIZE")] == live.FILE_SIZE
     assert c_layout[("macro", "ST_LIVE_QP_OFFSET")] == live.QP_OFFSET
     assert c_layout[("macro", "ST_LIVE_REPEATER_OFFSET")] == live.REPEATER_OFFSET
+
+
+def test_block_constants(c_layout):
+    assert c_layout[("macro", "ST_FORMAT_VERSION")] == fmt.FORMAT_VERSION
+    assert c_layout[("macro", "ST_FORMAT_VERSION_RECORDS")] == fmt.FORMAT_VERSION_RECORDS
+    assert c_layout[("macro", "ST_BLOCK_MAGIC")] == fmt.BLOCK_MAGIC
+    assert c_layout[("macro", "ST_BLOCK_COLUMNS")] == len(fmt.BLOCK_COLUMNS)
+    assert c_layout[("macro", "ST_BLOCK_MAX_RECORDS")] == fmt.BLOCK_MAX_RECORDS
+    assert c_layout[("macro", "ST_BLOCK_BASES_SIZE")] == fmt.BLOCK_BASES_DTYPE.itemsize
+    # the columns are the record's fields in order, seq left out
+    assert fmt.BLOCK_COLUMNS == fmt.RECORD_DTYPE.names[:-1] and fmt.RECORD_DTYPE.names[-1] == "seq"
+    for name in ("ts", "key", "aux32"):
+        assert c_layout[("macro", f"ST_COL_{name.upper()}")] == fmt.BLOCK_COLUMNS.index(name)
+
+
+def test_runtime_block_encoder_matches_the_format(tmp_path):
+    """rt_block.c (the flusher's encoder) and fmt.encode_block make the same bytes, which the
+    reader decodes back to the records."""
+    from sigmatrace.trace.reader import decode_block
+
+    main = tmp_path / "enc.c"
+    main.write_text('''#include <stdio.h>
+#include <stdlib.h>
+#include "rt.h"
+int main(void) {
+    static struct st_record r[ST_BLOCK_MAX_RECORDS];
+    static unsigned char out[ST_BLOCK_MAX_SIZE];
+    size_t n = fread(r, sizeof(r[0]), ST_BLOCK_MAX_RECORDS, stdin);
+    fwrite(out, 1, st_block_encode(r, (uint32_t)n, out), stdout);
+    return 0;
+}
+''')
+    exe = tmp_path / "enc"
+    subprocess.run(["cc", "-O2", f"-I{ROOT / 'native' / 'include'}", f"-I{ROOT / 'native' / 'runtime'}", str(main),
+                    str(ROOT / "native" / "runtime" / "rt_block.c"), "-o", str(exe)], check=True)
+    rng = np.random.default_rng(5)
+    for n, spreads in ((1, None), (7, 1 << 8), (1000, 1 << 16), (fmt.BLOCK_MAX_RECORDS, 1 << 32), (300, 1 << 63)):
+        r = np.zeros(n, fmt.RECORD_DTYPE)
+        for c in fmt.BLOCK_COLUMNS:
+            hi = min(spreads or 1, 1 << (8 * r.dtype.fields[c][0].itemsize))
+            r[c] = rng.integers(0, hi, n, dtype=np.uint64, endpoint=False) + (7 if hi < (1 << 60) else 0)
+        r["seq"] = fmt.seq_run(0xFFFFFFF0, n)
+        c_block = subprocess.run([str(exe)], input=r.tobytes(), capture_output=True, check=True).stdout
+        assert c_block == fmt.encode_block(r), n
+        h = np.frombuffer(c_block, fmt.BLOCK_HEADER_DTYPE, 1)[0]
+        assert h["size"] == len(c_block) == fmt.block_size(n, h["width"])
+        assert decode_block(c_block, n, int(h["first_seq"]), h["width"]).tobytes() == r.tobytes()

@@ -114,7 +114,27 @@ def capture_real(root: Path) -> list[Path]:
             server.wait()
         cleanup(fabric)
     assert client.returncode == 0 and server.returncode == 0, (client.stderr, server.stderr.read())
+    for side in ("server", "client"):
+        _streams_as_version_1(root / side)
     return [root / "server", root / "client"]
+
+
+def _streams_as_version_1(trace: Path) -> None:
+    """The runtime writes stream format 2 (blocks); the mutations here model version 1's 48-byte
+    records, so the real trace's streams are rewritten as version 1, record for record (format 2
+    damage: tests/test_trace_reader.py)."""
+    from sigmatrace.trace.reader import StreamFile
+    from sigmatrace.trace.writer import StreamWriter
+
+    for p in sorted(trace.rglob("streams/*.bin")):
+        s = StreamFile(p)
+        if s.version == fmt.FORMAT_VERSION_RECORDS:
+            continue
+        recs = s.read()
+        assert s.problems == [] and list(recs["seq"]) == list(range(1, len(recs) + 1)), p
+        p.unlink()
+        with StreamWriter(p, s.header.pid, s.header.tid, s.header.name, s.header.clock) as w:
+            w.write(recs)
 
 
 # ---- mutations -----------------------------------------------------------------------------------

@@ -139,3 +139,141 @@ def test_impossible_thread_id_in_a_stream_header(tmp_path):
     assert s.header.tid == 77 and len(s.read()) == 3
     assert [(pr.offset, pr.what) for pr in s.problems] == [
         (16, "impossible pid 10 / thread id 3053457554 in the header; thread 77 taken from the file's name")]
+
+
+# ---- version 2 streams: blocks of records packed column by column (what the runtime writes) ----
+
+def _varied(n):
+    """Records whose columns need every width: constant (0), 1, 2, 4 and 8 bytes."""
+    r = np.zeros(n, fmt.RECORD_DTYPE)
+    r["ts"] = 10**15 + np.arange(n, dtype=np.uint64) * 70_000      # spread > 2^16: 4 bytes
+    r["type"] = np.where(np.arange(n) % 3 == 0, fmt.RecType.SEND_WR, fmt.RecType.COMPLETION)  # 1 byte
+    r["op"] = 4                                                      # constant: 0 bytes
+    r["qpn"] = 0x1234 + np.arange(n) % 300                           # 2 bytes
+    r["len"] = np.arange(n) * 3
+    r["key"] = 0xFFFFFFFF - np.arange(n)
+    r["addr"] = np.where(np.arange(n) % 2, 0xFFFF_0000_0000_0000, 5)  # 8 bytes
+    r["extra"] = np.arange(n, dtype=np.uint64) << 40                  # 8 bytes
+    r["aux32"] = 1
+    return r
+
+
+def _v2(path, recs, pid=10, tid=11):
+    with StreamWriter(path, pid=pid, tid=tid, name="main", version=fmt.FORMAT_VERSION) as w:
+        w.write(recs)
+
+
+def _block_offsets(path):
+    s = StreamFile(path)
+    return [b[0] for b in s._blocks]
+
+
+def test_v2_roundtrip_every_width(tmp_path):
+    p = tmp_path / "t11.bin"
+    n = fmt.BLOCK_MAX_RECORDS + 1000                                 # two blocks
+    recs = _varied(n)
+    _v2(p, recs)
+    s = StreamFile(p)
+    assert s.version == 2 and s.n_records == n and s.problems == []
+    got = s.read()
+    want = recs.copy()
+    want["seq"] = np.arange(1, n + 1)
+    assert got.tobytes() == want.tobytes()
+    assert sum(len(c) for c in s.chunks(chunk_records=97)) == n
+    assert b"".join(c.tobytes() for c in s.chunks(chunk_records=5000)) == want.tobytes()
+    assert b"".join(c.tobytes() for c in s.raw_chunks(chunk_records=fmt.BLOCK_MAX_RECORDS)) == want.tobytes()
+    # the widths chosen: ts 4, type 1, flags, op and aux 0, qpn, len and key 2, addr and extra 8, aux32 0
+    first = np.fromfile(p, fmt.BLOCK_HEADER_DTYPE, 1, offset=fmt.STREAM_HEADER_SIZE)[0]
+    assert list(first["width"]) == [4, 1, 0, 0, 0, 2, 2, 2, 8, 8, 0, 0]
+    assert first["count"] == fmt.BLOCK_MAX_RECORDS and first["first_seq"] == 1
+
+
+def test_v2_constant_records_are_small(tmp_path):
+    p = tmp_path / "t11.bin"
+    r = _records(10000)            # ts spread 10^6 (4 bytes), len 1..10000 (2 bytes), the rest constant
+    _v2(p, r)
+    size = p.stat().st_size - fmt.STREAM_HEADER_SIZE
+    assert size == fmt.BLOCK_HEADER_SIZE + fmt.BLOCK_BASES_SIZE + 10000 * 6
+
+
+def test_v2_seq_wraps_to_one(tmp_path):
+    p = tmp_path / "t11.bin"
+    r = _records(5)
+    r["seq"] = [0xFFFFFFFE, 0xFFFFFFFF, 1, 2, 3]
+    with open(p, "wb") as f:
+        f.write(fmt.make_stream_header(10, 11, "main", version=fmt.FORMAT_VERSION))
+        f.write(fmt.encode_block(r))
+    s = StreamFile(p)
+    recs = s.read()
+    assert list(recs["seq"]) == [0xFFFFFFFE, 0xFFFFFFFF, 1, 2, 3]
+    # the first record continues nothing (the stream starts at 1): one jump named
+    assert [pr.what for pr in s.problems] == ["sequence jumps from 0 to 4294967294"]
+
+
+def test_v2_truncated_last_block(tmp_path):
+    p = tmp_path / "t11.bin"
+    with StreamWriter(p, pid=10, tid=11, version=fmt.FORMAT_VERSION) as w:
+        w.write(_records(100))
+        w.write(_records(50))                                        # a second block
+    second = _block_offsets(p)[1]
+    size = p.stat().st_size
+    with open(p, "r+b") as f:
+        f.truncate(size - 7)
+    s = StreamFile(p)
+    assert len(s.read()) == 100 and s.n_records == 100 and s.end_offset == second
+    assert [(pr.offset, pr.what) for pr in s.problems] == [
+        (second, f"truncated block ({size - 7 - second} trailing bytes, 50 records) skipped")]
+
+
+def test_v2_damaged_block_header_resynchronises(tmp_path):
+    p = tmp_path / "t11.bin"
+    with StreamWriter(p, pid=10, tid=11, version=fmt.FORMAT_VERSION) as w:
+        for _ in range(3):
+            w.write(_records(40))
+    offs = _block_offsets(p)
+    with open(p, "r+b") as f:                                        # the second header overwritten
+        f.seek(offs[1])
+        f.write(b"\xff" * 16)
+    s = StreamFile(p)
+    recs = s.read()
+    assert len(recs) == 80 and list(recs["seq"][38:42]) == [39, 40, 81, 82]
+    assert [(pr.offset, pr.what) for pr in s.problems] == [
+        (offs[1], f"damaged block header: {offs[2] - offs[1]} bytes skipped"),
+        (offs[2], "sequence jumps from 40 to 81")]
+
+
+def test_v2_unknown_type_skipped(tmp_path):
+    p = tmp_path / "t11.bin"
+    r = _records(30)
+    r["type"][10:13] = 200
+    _v2(p, r)
+    s = StreamFile(p)
+    assert len(s.read()) == 27
+    # their seq did not jump (a block's records are consecutive): only the type is named
+    assert [(pr.offset, pr.what) for pr in s.problems] == [
+        (fmt.STREAM_HEADER_SIZE, "3 unreadable record(s) skipped (unknown type)")]
+
+
+def test_unknown_stream_version_says_so(tmp_path):
+    p = tmp_path / "t11.bin"
+    hdr = bytearray(fmt.make_stream_header(10, 11, "main", version=3))
+    p.write_bytes(bytes(hdr) + b"\0" * 96)
+    with pytest.raises(TraceFormatError, match=r"stream version 3 / record size 48 not supported \(this sigmatrace "
+                                               r"reads versions 1, 2 of 48-byte records\)"):
+        StreamFile(p)
+
+
+def test_v2_jump_after_the_wrap_names_the_last_seq(tmp_path):
+    p = tmp_path / "t11.bin"
+    a, b = _records(2), _records(2)
+    a["seq"] = [0xFFFFFFFE, 0xFFFFFFFF]
+    b["seq"] = [5, 6]                                                 # 1 expected after the wrap
+    with open(p, "wb") as f:
+        f.write(fmt.make_stream_header(10, 11, "main", version=fmt.FORMAT_VERSION))
+        f.write(fmt.encode_block(a))
+        second = f.tell()
+        f.write(fmt.encode_block(b))
+    s = StreamFile(p)
+    assert len(s.read()) == 4
+    assert [(pr.offset, pr.what) for pr in s.problems] == [
+        (fmt.STREAM_HEADER_SIZE, "sequence jumps from 0 to 4294967294"), (second, "sequence jumps from 4294967295 to 5")]

@@ -83,7 +83,8 @@ struct st_global {
     volatile uint32_t gen;
     int mode;                       /* copy of st_config()->mode for the hot path */
     struct st_live_header *live;    /* the mapped live block, NULL before the first st_init */
-};
+} __attribute__((aligned(64)));     /* a line of its own: every hooked call reads gen, and a
+                                     * neighbour the flusher writes would make that read miss */
 extern struct st_global st_g;
 
 static inline int st_recording(void) { return __atomic_load_n(&st_g.gen, __ATOMIC_ACQUIRE) != 0; }
@@ -115,7 +116,9 @@ ST_EXPORT void st_stop(int reason);
 
 /* One thread's recording state.  The producer (the thread itself) writes head, tail_cache and
  * the ring; the flusher writes tail.  A record is complete once its seq is stored (release);
- * head is published after it. */
+ * head is published after it.  Allocated 64-byte aligned (st_thread_slow), so that the two
+ * sides really are on separate cache lines: the flusher's stores must not evict the line the
+ * producer writes on every record. */
 struct st_thread {
     /* producer side, one cache line */
     uint32_t gen;                /* session this state belongs to; compared with st_g.gen */
@@ -162,11 +165,16 @@ static inline uint32_t st_seq_next(uint32_t s) { return s == UINT32_MAX ? 1 : s 
 /* Room for one record, or NULL (the drop is counted) when the ring is full or the thread has no
  * ring (aggregate mode).  Fill every field but seq, then st_rec_commit. */
 struct st_record *st_ring_full(struct st_thread *t);
+#define ST_RING_PREFETCH 16 /* records: 768 bytes, 12 lines ahead */
 static inline struct st_record *st_rec_reserve(struct st_thread *t)
 {
     uint64_t h = t->head;
     if (ST_UNLIKELY(h - t->tail_cache > t->mask))
         return st_ring_full(t);
+    /* ask for the line a few records ahead now, for writing: a ring larger than the caches
+     * would otherwise make every new line a miss the record waits for, whose cost depends on
+     * what else uses memory at that moment */
+    __builtin_prefetch(&t->ring[(h + ST_RING_PREFETCH) & t->mask], 1, 3);
     return &t->ring[h & t->mask];
 }
 
@@ -286,6 +294,11 @@ void st_flusher_forget(void);             /* in a forked child */
 void st_threads_reap(uint32_t gen);       /* rt_thread.c: free exited, drained threads */
 void st_threads_forget(void);             /* in a forked child */
 void st_flush_thread(struct st_thread *t); /* rt_flush.c: drain one thread of the flushed session */
+/* rt_block.c: pack n (1..ST_BLOCK_MAX_RECORDS) consecutive records into one stream block at
+ * `out` (room for ST_BLOCK_MAX_SIZE bytes); returns the block's size. */
+#define ST_BLOCK_MAX_SIZE (sizeof(struct st_block_header) + ST_BLOCK_BASES_SIZE + \
+                           (size_t)ST_BLOCK_MAX_RECORDS * ST_BLOCK_BASES_SIZE)
+size_t st_block_encode(const struct st_record *r, uint32_t n, unsigned char *out);
 struct st_thread *st_threads_head(void);
 int st_live_open(const char *dir, int mode, int doorbells, int attached); /* rt_live.c */
 void st_live_close(int state);            /* end calibration, state; unmaps the file (see rt_live.c) */

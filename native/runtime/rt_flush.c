@@ -1,6 +1,7 @@
 /* The flusher: one thread per process that drains every thread's ring into its stream file,
  * publishes counters to the live block, refines the TSC rate, and watches the controller.
  * It sleeps between passes, longer while there is nothing to do (the machines have 2 cores). */
+#define _GNU_SOURCE 1 /* ppoll */
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
@@ -24,6 +25,8 @@ static uint32_t st_flusher_gen; /* the session being flushed */
 static int st_pidfd = -1;
 static uint64_t st_records_total, st_drops_total, st_bytes_total, st_flush_errors, st_event_records;
 static struct st_thread *st_calib_thread; /* the flusher's own state, for the last pair */
+/* One encoded block; only one thread drains at a time (the flusher, or st_stop after it). */
+static unsigned char st_block_buf[ST_BLOCK_MAX_SIZE] __attribute__((aligned(64)));
 
 int st_flusher_is_self(void) { return st_flusher_running && pthread_equal(pthread_self(), st_flusher_tid); }
 
@@ -94,27 +97,32 @@ static uint64_t st_drain(struct st_thread *t, uint32_t gen)
         if (head != tail && t->fd < 0)
             t->fd = st_open_stream(t);
         while (tail != head) {
+            /* one block per contiguous run of the ring, at most ST_BLOCK_MAX_RECORDS */
             uint64_t idx = tail & t->mask;
             uint64_t n = head - tail;
             if (n > cap - idx)
                 n = cap - idx;
-            if (t->fd < 0 || st_write_all(t->fd, &t->ring[idx], n * sizeof(struct st_record)) < 0) {
+            if (n > ST_BLOCK_MAX_RECORDS)
+                n = ST_BLOCK_MAX_RECORDS;
+            size_t size = t->fd >= 0 ? st_block_encode(&t->ring[idx], (uint32_t)n, st_block_buf) : 0;
+            if (t->fd < 0 || st_write_all(t->fd, st_block_buf, size) < 0) {
                 /* lost to an I/O error: counted as dropped, the stream shows a seq gap */
                 if (t->fd >= 0 && st_flush_errors++ == 0)
                     st_error("flusher", "writing the stream of thread %u: %s", t->tid, strerror(errno));
                 st_drops_total += n;
             } else {
                 written += n;
-                st_bytes_total += n * sizeof(struct st_record);
+                st_bytes_total += size;
             }
             tail += n;
             __atomic_store_n(&t->tail, tail, __ATOMIC_RELEASE);
         }
-        if (t->live)
+        /* stored only when it changed: the slot's line also holds the producer's call counters */
+        if (t->live && t->live->records != head)
             t->live->records = head;
     }
-    if (t->live)
-        t->live->drops = t->drops;
+    if (t->live && t->live->drops != drops)
+        t->live->drops = drops;
     st_records_total += written;
     if (t != st_calib_thread)
         st_event_records += written; /* calibration pairs are not events of the program */
@@ -197,7 +205,7 @@ static void *st_flusher_main(void *arg)
 {
     uint32_t gen = st_flusher_gen;
     pthread_setname_np(pthread_self(), "st-flusher");
-    int sleep_ms = 1;
+    int sleep_us = 1000;
     struct timespec last_cal;
     clock_gettime(CLOCK_MONOTONIC, &last_cal);
     st_emit_calib();
@@ -211,21 +219,29 @@ static void *st_flusher_main(void *arg)
             st_emit_calib();
             last_cal = now;
         }
-        /* busy: come back at once; some data: 1 ms; idle: back off up to flush_max_ms */
-        if (fullest > 0.25)
-            sleep_ms = 0;
-        else if (fullest > 0)
-            sleep_ms = 1;
-        else if (sleep_ms < (int)st_config()->flush_max_ms)
-            sleep_ms = sleep_ms ? sleep_ms * 2 : 1;
-        if (sleep_ms > (int)st_config()->flush_max_ms)
-            sleep_ms = (int)st_config()->flush_max_ms;
-        if (sleep_ms == 0) {
+        /* busy: 100 us; some data: 1 ms; idle: back off up to flush_max_ms.  No spinning but
+         * when a ring is over half full (records are about to be dropped: the flusher did not
+         * get the CPU): each pass reads the producers' cursors and stores the tails, and a
+         * flusher passing without pause would move those lines between cores on every record
+         * (the hot path's cost would then depend on what the flusher is doing). */
+        int max_us = (int)st_config()->flush_max_ms * 1000;
+        if (fullest > 0.5) {
             sched_yield();
             continue;
         }
+        if (fullest > 0.25)
+            sleep_us = 100;
+        else if (fullest > 0)
+            sleep_us = 1000;
+        else if (sleep_us < max_us)
+            sleep_us *= 2;
+        if (sleep_us > max_us)
+            sleep_us = max_us;
+        if (sleep_us < 100)
+            sleep_us = 100;
         struct pollfd p = {.fd = st_pidfd, .events = POLLIN};
-        int r = poll(&p, st_pidfd >= 0 ? 1 : 0, sleep_ms);
+        struct timespec pause = {.tv_sec = sleep_us / 1000000, .tv_nsec = (long)(sleep_us % 1000000) * 1000};
+        int r = ppoll(&p, st_pidfd >= 0 ? 1 : 0, &pause, NULL);
         if (r > 0 && (p.revents & (POLLIN | POLLHUP | POLLERR))) {
             /* the controller is gone: stop recording here, keep the process running */
             st_stop(ST_STOP_CONTROLLER_LOST);

@@ -117,7 +117,12 @@ ST_COLD struct st_thread *st_thread_slow(void)
     struct st_thread *t = st_tls;
     if (t == &st_idle_thread) {
         pthread_once(&st_key_once, st_make_key);
-        t = calloc(1, sizeof(*t));
+        /* aligned to a cache line: malloc's 16 bytes would put the flusher's tail on the line
+         * of the producer's seq and head */
+        if (posix_memalign((void **)&t, 64, sizeof(*t)) != 0)
+            t = NULL;
+        else
+            memset(t, 0, sizeof(*t));
         if (!t) {
             st_error("threads", "out of memory for thread state");
             return NULL;

@@ -111,14 +111,19 @@ def write_json(path: str | os.PathLike, data: dict) -> None:
 
 
 class StreamWriter:
-    """Appends records to a stream file, numbering them (seq) from 1."""
+    """Appends records to a stream file, numbering them (seq) from 1: version 1 (whole records)
+    unless `version` is 2 (blocks, as the runtime writes; one block per BLOCK_MAX_RECORDS
+    records of each write)."""
 
     def __init__(self, path: str | os.PathLike, pid: int, tid: int, name: str = "",
-                 clock: fmt.Clock = fmt.Clock.TSC):
+                 clock: fmt.Clock = fmt.Clock.TSC, version: int = fmt.FORMAT_VERSION_RECORDS):
+        if version not in fmt.STREAM_VERSIONS:
+            raise ValueError(f"stream version {version}: not one of {fmt.STREAM_VERSIONS}")
         self.path = Path(path)
+        self.version = version
         fd = create_file(self.path)
         self._f = os.fdopen(fd, "wb")
-        self._f.write(fmt.make_stream_header(pid, tid, name, clock))
+        self._f.write(fmt.make_stream_header(pid, tid, name, clock, version=version))
         self.seq = 0
 
     def write(self, records: np.ndarray) -> None:
@@ -127,7 +132,11 @@ class StreamWriter:
         n = len(recs)
         recs["seq"] = np.arange(self.seq + 1, self.seq + n + 1, dtype=np.uint64).astype(np.uint32)
         self.seq += n
-        self._f.write(recs.tobytes())
+        if self.version == fmt.FORMAT_VERSION_RECORDS:
+            self._f.write(recs.tobytes())
+            return
+        for i in range(0, n, fmt.BLOCK_MAX_RECORDS):
+            self._f.write(fmt.encode_block(recs[i:i + fmt.BLOCK_MAX_RECORDS]))
 
     def flush(self) -> None:
         self._f.flush()

@@ -1,4 +1,5 @@
-/* Trace stream records: the on-disk and in-ring format of every hot-path event.
+/* Trace stream records: the in-ring record of every hot-path event and the on-disk blocks
+ * that carry them (version 2: records packed column by column, FORMAT.md).
  *
  * One definition shared by the in-process runtime, the eBPF loader and the Python reader
  * (sigmatrace/trace/format.py mirrors it; tests/test_format_abi.py checks the two agree).
@@ -10,8 +11,9 @@
 
 #include <stdint.h>
 
-#define ST_FORMAT_VERSION 1
-#define ST_STREAM_MAGIC "STSTRM01" /* 8 bytes, no NUL */
+#define ST_FORMAT_VERSION 2         /* what the runtime writes: blocks (struct st_block_header) */
+#define ST_FORMAT_VERSION_RECORDS 1 /* the older body: struct st_record after struct st_record */
+#define ST_STREAM_MAGIC "STSTRM01" /* 8 bytes, no NUL; the same in every version */
 
 /* Clock domains a stream's `ts` can be in. */
 enum st_clock {
@@ -23,7 +25,7 @@ enum st_clock {
 struct st_stream_header {
     char magic[8];        /* ST_STREAM_MAGIC */
     uint32_t version;     /* ST_FORMAT_VERSION */
-    uint32_t record_size; /* sizeof(struct st_record) */
+    uint32_t record_size; /* sizeof(struct st_record): the record a block decodes to */
     uint32_t pid;
     uint32_t tid;         /* 0 for streams not bound to one thread */
     uint32_t clock;       /* enum st_clock */
@@ -79,11 +81,39 @@ enum st_rec_flags {
     ST_F_CONT = 0x40,      /* continuation of the previous record (ATOMIC_ARGS, WQE_SEG, ...) */
 };
 
+/* Version 2 body: blocks, one after another.  A block holds `count` consecutive records of the
+ * ring (seq first_seq, first_seq + 1, ...: seq itself is not stored) column by column: for each
+ * column of enum st_block_column, a base value at the field's own width (packed, no padding,
+ * in column order), then, column after column, `count` offsets of width[c] bytes each
+ * (little-endian; width 0: every record holds the base).  A record's field is base + offset,
+ * modulo the field's width.  The runtime takes the column's minimum as the base, so the width
+ * is what the spread of the values in the block needs (1, 2, 4 or 8 bytes). */
+#define ST_BLOCK_MAGIC 0x32425453u /* "STB2" as little-endian bytes */
+#define ST_BLOCK_COLUMNS 11
+#define ST_BLOCK_MAX_RECORDS 16384
+#define ST_BLOCK_BASES_SIZE 44     /* the sum of the columns' field widths */
+
+struct st_block_header {
+    uint32_t magic;     /* ST_BLOCK_MAGIC */
+    uint32_t size;      /* bytes of the block, this header included */
+    uint32_t count;     /* records, 1..ST_BLOCK_MAX_RECORDS */
+    uint32_t first_seq; /* seq of the first record (1..0xffffffff; after 0xffffffff comes 1) */
+    uint8_t width[12];  /* bytes per offset of each column (0, 1, 2, 4, 8); width[11] is 0 */
+    uint32_t reserved;  /* 0 */
+};
+
+/* The columns of a block: every field of struct st_record but seq, in record order. */
+enum st_block_column {
+    ST_COL_TS, ST_COL_TYPE, ST_COL_FLAGS, ST_COL_OP, ST_COL_AUX, ST_COL_QPN, ST_COL_LEN,
+    ST_COL_KEY, ST_COL_ADDR, ST_COL_EXTRA, ST_COL_AUX32,
+};
+
 #ifdef __cplusplus
 _Static_assert(sizeof(struct st_record) == 48, "st_record is 48 bytes");
 #else
 _Static_assert(sizeof(struct st_record) == 48, "st_record is 48 bytes");
 _Static_assert(sizeof(struct st_stream_header) == 64, "st_stream_header is 64 bytes");
+_Static_assert(sizeof(struct st_block_header) == 32, "st_block_header is 32 bytes");
 #endif
 
 #endif
