@@ -759,8 +759,8 @@ static void general_caps(void *out)
     prm_set(out, PRM_CAP_LOG_PG_SZ, 12);
     prm_set(out, PRM_CAP_BF, 1);
     prm_set(out, PRM_CAP_LOG_BF_REG_SIZE, 9);       /* 512 bytes: two 256-byte halves */
-    prm_set(out, PRM_CAP_MAX_WQE_SZ_SQ, 1024);
-    prm_set(out, PRM_CAP_MAX_WQE_SZ_RQ, 512);
+    prm_set(out, PRM_CAP_MAX_WQE_SZ_SQ, SN_MAX_SQ_DESC);
+    prm_set(out, PRM_CAP_MAX_WQE_SZ_RQ, SN_MAX_RQ_DESC);
     prm_set(out, PRM_CAP_MAX_WQE_SZ_SQ_DC, 0);
     prm_set(out, PRM_CAP_LOG_MAX_PD, 23);
     prm_set(out, PRM_CAP_LOG_UAR_PAGE_SZ, 0);       /* 4 KiB */

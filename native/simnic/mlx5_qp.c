@@ -28,13 +28,43 @@ static uint32_t ilog2u(uint32_t v)
     return 31u - (uint32_t)__builtin_clz(v);
 }
 
-/* bytes of a send WQE before its data: control, then remote address and atomic segments
- * (RC, UC) or the datagram segment (UD) */
+/* Bytes of a send WQE before its data, as rdma-core's mlx5 sq_overhead reserves them: the
+ * control segment, then for RC and UC room for the largest fixed part of any opcode the QP
+ * may post -- a memory-window bind (UMR control 48 + mkey context 64 + one 64-byte
+ * translation entry), larger than RC's remote address + atomic segments (32) -- and for UD
+ * the datagram segment.  max_inline_data follows from it, so the same request gets the same
+ * answer as on a ConnectX. */
 static uint32_t sq_overhead(enum ibv_qp_type t)
 {
+    const uint32_t ctrl = sizeof(struct mlx5_wqe_ctrl_seg);
+    const uint32_t mw_bind = 48 + 64 + 64;
+
     if (t == IBV_QPT_UD)
-        return sizeof(struct mlx5_wqe_ctrl_seg) + sizeof(struct mlx5_wqe_datagram_seg);
-    return t == IBV_QPT_RC ? 16 + 16 + 16 : 16 + 16;
+        return ctrl + sizeof(struct mlx5_wqe_datagram_seg);
+    return ctrl + mw_bind;
+}
+
+/* Bytes of one send WQE (rdma-core's mlx5_calc_send_wqe): room for max_send_sge data
+ * segments or for max_inline_data bytes behind an inline segment header, whichever is
+ * larger, in whole 64-byte blocks; 0 when it exceeds the device's max_wqe_sz_sq.  A QP
+ * asking for no gather entry gets room for one (rdma-core's would report a negative
+ * max_inline_data). */
+static uint32_t send_wqe_size(enum ibv_qp_type t, const struct ibv_qp_cap *cap)
+{
+    uint32_t ovh = sq_overhead(t), size, inl = 0;
+    uint32_t sges = cap->max_send_sge ? cap->max_send_sge : 1;
+
+    if (cap->max_send_sge > (SN_MAX_SQ_DESC - ovh) / sizeof(struct mlx5_wqe_data_seg) ||
+        cap->max_inline_data > SN_MAX_SQ_DESC)
+        return 0;
+    if (cap->max_inline_data)
+        inl = ovh + ((sizeof(struct mlx5_wqe_inl_data_seg) + cap->max_inline_data + 15) & ~15u);
+    size = ovh + sges * (uint32_t)sizeof(struct mlx5_wqe_data_seg);
+    if (inl > size)
+        size = inl;
+    if (size > SN_MAX_SQ_DESC)
+        return 0;
+    return (size + MLX5_SEND_WQE_BB - 1) & ~(MLX5_SEND_WQE_BB - 1u);
 }
 
 /* A BlueFlame register of the context's current UAR page (two per page). */
@@ -75,7 +105,7 @@ static struct ibv_qp *qp_create(struct ibv_context *c, struct ibv_pd *ibpd,
     }
     if (!attr->send_cq || !attr->recv_cq || cap->max_send_wr > SN_MAX_WR ||
         cap->max_recv_wr > SN_MAX_WR || cap->max_send_sge > SN_MAX_SEND_SGE ||
-        cap->max_recv_sge > SN_MAX_RECV_SGE || cap->max_inline_data > SN_MAX_INLINE ||
+        cap->max_recv_sge > SN_MAX_RECV_SGE || !send_wqe_size(attr->qp_type, cap) ||
         attr->send_cq->context != c || attr->recv_cq->context != c || ibpd->context != c) {
         errno = EINVAL;
         return NULL;
@@ -85,20 +115,16 @@ static struct ibv_qp *qp_create(struct ibv_context *c, struct ibv_pd *ibpd,
         errno = ENOMEM;
         return NULL;
     }
-    /* send queue geometry (rdma-core's calc_send_wqe / calc_sq_size) */
+    /* send queue geometry (rdma-core's calc_sq_size); max_inline_data is what the WQE size
+     * leaves after the fixed segments and the inline header */
     ovh = sq_overhead(attr->qp_type);
-    wqe_size = ovh + (cap->max_send_sge ? cap->max_send_sge : 1) * 16;
-    if (ovh + ((4 + cap->max_inline_data + 15) & ~15u) > wqe_size)
-        wqe_size = ovh + ((4 + cap->max_inline_data + 15) & ~15u);
-    wqe_size = (wqe_size + 63) & ~63u;
+    wqe_size = send_wqe_size(attr->qp_type, cap);
     sq_bytes = roundup_pow2((cap->max_send_wr ? cap->max_send_wr : 1) * wqe_size);
-    if (sq_bytes < SN_PAGE)
-        sq_bytes = sq_bytes < 64 ? 64 : sq_bytes;
     qp->sq_cnt = sq_bytes / MLX5_SEND_WQE_BB;
     qp->sq_max_post = sq_bytes / wqe_size;
     qp->sq_wqe_size = wqe_size;
     qp->sq_max_gs = cap->max_send_sge;
-    qp->max_inline = wqe_size - ovh - 4;
+    qp->max_inline = wqe_size - ovh - (uint32_t)sizeof(struct mlx5_wqe_inl_data_seg);
     /* receive queue geometry (calc_rq_size) */
     if (!attr->srq) {
         rq_wqe = roundup_pow2((cap->max_recv_sge ? cap->max_recv_sge : 1) * 16);

@@ -30,7 +30,8 @@
 #define SN_CQ_DB_OFFSET 0x20u           /* MLX5_CQ_DOORBELL */
 #define SN_MAX_SEND_SGE 30
 #define SN_MAX_RECV_SGE 30
-#define SN_MAX_INLINE 512
+#define SN_MAX_SQ_DESC 1024u           /* max_wqe_sz_sq: bytes of the largest send WQE */
+#define SN_MAX_RQ_DESC 512u            /* max_wqe_sz_rq */
 #define SN_MAX_WR 32768
 #define SN_MAX_CQE 4194303
 #define SN_MAX_MSG (1u << 30)           /* log_max_msg 30 */
