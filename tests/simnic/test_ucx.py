@@ -36,6 +36,26 @@ def simnic_run(fabric, *argv, devices=1):
             "-f", fabric, "--", *argv]
 
 
+def listening(port: int) -> bool:
+    """Whether a TCP socket listens on PORT (read from /proc: a probe connection would be taken
+    by ucx_perftest's server as its client)."""
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            with open(table) as f:
+                rows = [line.split() for line in f.readlines()[1:]]
+        except OSError:
+            continue
+        if any(int(r[1].rsplit(":", 1)[1], 16) == port and r[3] == "0A" for r in rows):
+            return True
+    return False
+
+
+def wait_listening(port: int, srv: subprocess.Popen, deadline: float) -> None:
+    """Starting the client only once the server listens saves a failed client start-up."""
+    while not listening(port) and srv.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+
+
 def perftest_pair(fabric, args, env, timeout=90):
     """ucx_perftest server and client (127.0.0.1) on FABRIC; the client is retried while the
     server is not listening yet."""
@@ -45,6 +65,7 @@ def perftest_pair(fabric, args, env, timeout=90):
                            start_new_session=True)
     deadline = time.monotonic() + timeout
     try:
+        wait_listening(int(port), srv, deadline)
         while True:
             cli = run(simnic_run(fabric, "ucx_perftest", "-p", port, *args, "127.0.0.1"), env,
                       timeout=max(1, deadline - time.monotonic()))
