@@ -1,10 +1,12 @@
 """Debian 12's own UCX 1.13 (ucx-utils), unmodified, on the emulated NIC under `sigmatrace simnic
-run`: the device in /sys and /dev/infiniband, `ucx_info -d`, and `ucx_perftest` UCT tests
-between two processes over rc_mlx5 (DevX, UCX's default, and its verbs fallback
-UCX_IB_MLX5_DEVX=n) and rc_verbs.  Each run must report exactly the iterations asked for.
+run`: the device in /sys and /dev/infiniband, `ucx_info -d`, and `ucx_perftest` between two
+processes: UCT tests over rc_mlx5 (DevX, UCX's default, and its verbs fallback
+UCX_IB_MLX5_DEVX=n), rc_verbs, ud_mlx5 and ud_verbs; UCP tests (tag, put, get, stream, am)
+with UCX's own transport selection among the NIC's transports.  Each run must report exactly
+the iterations asked for.
 
-UCX's UCP layer needs a UD transport to wire RC endpoints up; UD QPs are not emulated yet, so
-UCP tests are not here (docs/simnic.md)."""
+UCP picks shared memory between processes of one host, so UCP runs set UCX_TLS to InfiniBand
+transports and "self"; UCP then wires RC endpoints up over the UD transport."""
 from __future__ import annotations
 
 import os
@@ -34,6 +36,26 @@ def simnic_run(fabric, *argv, devices=1):
             "-f", fabric, "--", *argv]
 
 
+def listening(port: int) -> bool:
+    """Whether a TCP socket listens on PORT (read from /proc: a probe connection would be taken
+    by ucx_perftest's server as its client)."""
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            with open(table) as f:
+                rows = [line.split() for line in f.readlines()[1:]]
+        except OSError:
+            continue
+        if any(int(r[1].rsplit(":", 1)[1], 16) == port and r[3] == "0A" for r in rows):
+            return True
+    return False
+
+
+def wait_listening(port: int, srv: subprocess.Popen, deadline: float) -> None:
+    """Starting the client only once the server listens saves a failed client start-up."""
+    while not listening(port) and srv.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+
+
 def perftest_pair(fabric, args, env, timeout=90):
     """ucx_perftest server and client (127.0.0.1) on FABRIC; the client is retried while the
     server is not listening yet."""
@@ -43,6 +65,7 @@ def perftest_pair(fabric, args, env, timeout=90):
                            start_new_session=True)
     deadline = time.monotonic() + timeout
     try:
+        wait_listening(int(port), srv, deadline)
         while True:
             cli = run(simnic_run(fabric, "ucx_perftest", "-p", port, *args, "127.0.0.1"), env,
                       timeout=max(1, deadline - time.monotonic()))
@@ -141,10 +164,17 @@ def test_ucx_info_lists_the_device(tl, fabric):
 
 
 def test_ucx_info_lists_every_ib_transport(fabric):
-    r = run(simnic_run(fabric, "ucx_info", "-d"), os.environ)
-    assert r.rc == 0, r.out + r.err     # the UD interfaces fail to open, nothing crashes
+    r = run(simnic_run(fabric, "ucx_info", "-d"), os.environ, check=True)
     names = re.findall(r"Transport: (\w+)\n#\s+Device: mlx5_0:1", r.out)
     assert names == ["rc_verbs", "rc_mlx5", "ud_verbs", "ud_mlx5"], r.out
+    assert "failed to open interface" not in r.out + r.err      # UD interfaces open too
+    # UD interfaces: active messages up to the 4096-byte MTU less UCX's header, inline sends
+    # up to the QP's max_inline_data, connectionless addressing
+    for tl, short in (("ud_verbs", 116), ("ud_mlx5", 180)):
+        section = r.out.split(f"Transport: {tl}\n")[1].split("Transport:")[0]
+        assert re.search(rf"am_short: <= {short}$", section, re.M), section
+        assert re.search(r"am_bcopy: <= 4088$", section, re.M), section
+        assert re.search(r"connection: to ep, to iface$", section, re.M), section
 
 
 # ---- ucx_perftest UCT tests ---------------------------------------------------------------------
@@ -177,6 +207,16 @@ def test_perftest_rc_verbs(test, layout, size, fabric):
     check_run(fabric, os.environ, test, "rc_verbs", layout, size)
 
 
+# UD offers active messages only (no put, get or atomics)
+UD = [("am_lat", "short", None), ("am_bw", "bcopy", None), ("am_bw", "zcopy", 1024)]
+
+
+@pytest.mark.parametrize("test,layout,size", UD)
+@pytest.mark.parametrize("tl", ["ud_mlx5", "ud_verbs"])
+def test_perftest_ud(tl, test, layout, size, fabric):
+    check_run(fabric, os.environ, test, tl, layout, size)
+
+
 @pytest.mark.parametrize("tl", ["rc_mlx5", "rc_verbs"])
 def test_perftest_unsupported_atomic_is_refused(tl, fabric):
     """64-bit swap needs ConnectX's masked atomics (rc_mlx5) or does not exist in verbs
@@ -187,3 +227,58 @@ def test_perftest_unsupported_atomic_is_refused(tl, fabric):
     assert "Failed to run test: Unsupported operation" in cli.out + cli.err
     assert srv.rc in (0, 255), srv.out + srv.err
     assert "Caught signal" not in cli.out + cli.err + srv.out + srv.err
+
+
+# ---- ucx_perftest UCP tests ---------------------------------------------------------------------
+
+def check_ucp(fabric, tls, test, lane, size=None, **env):
+    """A UCP test with UCX's own selection among TLS; both sides' endpoint configurations (UCX
+    logs them at level info) must use LANE, the transport on the emulated device."""
+    env = {**os.environ, "UCX_TLS": tls, "UCX_LOG_LEVEL": "info", **env}
+    args = ["-t", test, "-n", str(ITERS), "-w", "2", "-f"] + (["-s", str(size)] if size else [])
+    srv, cli = perftest_pair(fabric, args, env)
+    assert cli.rc == 0, cli.out + cli.err
+    assert srv.rc == 0, srv.out + srv.err
+    logs = cli.out + cli.err + srv.out + srv.err
+    assert "ERROR" not in logs and "WARN" not in logs, logs
+    for side in (cli, srv):
+        cfgs = re.findall(r"ep_cfg\[\d+\]: (.*)$", side.out + side.err, re.M)
+        assert cfgs, side.out + side.err
+        lanes = {m for cfg in cfgs for m in re.findall(r"(\w+)/mlx5_0:1", cfg)}
+        assert lanes == {lane}, cfgs
+    row = final_row(cli.out)
+    assert len(row) == 8
+    assert row[0] == ITERS                  # exactly the iterations asked for
+    assert row[2] > 0
+    return row
+
+
+UCP = [("tag_lat", None), ("tag_bw", 65536), ("ucp_put_lat", None), ("ucp_put_bw", None),
+       ("ucp_get", None), ("stream_lat", None), ("stream_bw", None), ("ucp_am_lat", None),
+       ("ucp_am_bw", 65536)]     # 64 KiB: rendezvous protocols
+
+
+@pytest.mark.parametrize("test,size", UCP)
+def test_ucp_rc_mlx5(test, size, fabric):
+    """UCX chooses rc_mlx5 for every lane and wires it up over ud_mlx5."""
+    check_ucp(fabric, "rc_mlx5,ud_mlx5,self", test, "rc_mlx5", size)
+
+
+@pytest.mark.parametrize("test,size", [("tag_lat", None), ("ucp_put_bw", None), ("ucp_get", None),
+                                       ("stream_lat", None), ("ucp_am_bw", 65536)])
+def test_ucp_rc_verbs(test, size, fabric):
+    check_ucp(fabric, "rc_verbs,ud_verbs,self", test, "rc_verbs", size)
+
+
+@pytest.mark.parametrize("test,size", [("tag_lat", None), ("ucp_get", None)])
+def test_ucp_rc_mlx5_verbs_fallback(test, size, fabric):
+    check_ucp(fabric, "rc_mlx5,ud_mlx5,self", test, "rc_mlx5", size, UCX_IB_MLX5_DEVX="n")
+
+
+@pytest.mark.parametrize("tl,test,size", [
+    ("ud_mlx5", "tag_bw", 65536), ("ud_mlx5", "ucp_put_lat", None),
+    ("ud_verbs", "ucp_get", None), ("ud_verbs", "stream_lat", None),
+])
+def test_ucp_over_ud_alone(tl, test, size, fabric):
+    """Without RC, every lane is UD; UCP emulates put and get with active messages."""
+    check_ucp(fabric, f"{tl},self", test, tl, size)
