@@ -35,7 +35,7 @@ def merge(inputs: list[str | os.PathLike], out: str | os.PathLike, copy: bool = 
           progress: Progress = SILENT) -> dict:
     out = Path(out)
     if out.is_dir() and not out.is_symlink() and any(out.iterdir()):
-        raise UsageError(f"{out} exists and is not empty", hint="choose a new output directory")
+        raise OutputError(f"{out} exists and is not empty", hint="choose a new output directory")
     traces = [TraceDir(p) for p in inputs]
     plan: list[tuple[Path, Path]] = []           # (process directory, destination)
     members, sources = [], []

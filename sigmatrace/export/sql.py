@@ -90,7 +90,7 @@ def ensure_tables(paths: list[str | os.PathLike], parquet_dir: str | os.PathLike
     if parquet_dir is not None and not paths:
         d = Path(parquet_dir)
         if not tables_ready(d):
-            raise UsageError(f"{d}: no sigmatrace Parquet tables here", hint="give the trace directories to build them")
+            raise OutputError(f"{d}: no sigmatrace Parquet tables here", hint="give the trace directories to build them")
         return d, None
     if not paths:
         raise UsageError("no trace directory given", hint="sigmatrace sql TRACE... \"SELECT ...\"")
