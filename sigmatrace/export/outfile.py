@@ -15,13 +15,8 @@ import stat
 from pathlib import Path
 from typing import IO
 
-from ..errors import SigmatraceError
+from ..errors import OutputError
 from ..trace.writer import DIR_MODE, FILE_MODE
-
-
-class OutputError(SigmatraceError):
-    """An output path that cannot be written (missing directory, no permission, a directory
-    where a file is wanted, a symbolic link)."""
 
 
 def _why(e: OSError) -> str:
