@@ -15,7 +15,7 @@ import stat
 from pathlib import Path
 from typing import IO
 
-from ..errors import OutputError
+from ..errors import OutputError, SigmatraceError
 from ..trace.writer import DIR_MODE, FILE_MODE
 
 
