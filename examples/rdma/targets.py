@@ -20,3 +20,6 @@ TARGETS = [
 # rdma_cm's edge cases (tests/simnic/test_rdmacm.py), linked against the system's librdmacm-dev.
 TARGETS.append(Target(out="bin/cm_edges", sources=["examples/rdma/cm_edges.c"], kind="exe",
                       cflags=_CFLAGS, libs=["rdmacm"]))
+# The last message before rdma_disconnect (tests/simnic/test_rdmacm.py).
+TARGETS.append(Target(out="bin/cm_last_message", sources=["examples/rdma/cm_last_message.c"],
+                      kind="exe", cflags=_CFLAGS, libs=["rdmacm", "ibverbs"]))

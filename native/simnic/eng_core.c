@@ -420,6 +420,43 @@ void sn_engine_assist(struct sn_engine *eng)
     pthread_mutex_unlock(&eng->lock);
 }
 
+#define SETTLE_NS 20000000ull           /* at most this long in sn_engine_settle */
+
+/* Whether every request and response that was in the inbox at SNAP has been read. */
+static int inbox_read_past(struct sn_engine *eng, const uint64_t snap[][2])
+{
+    for (int i = 0; i < SN_INBOX_SLOTS; i++)
+        if (eng->rx_on[i] && (eng->rx_req[i].pos < snap[i][0] || eng->rx_resp[i].pos < snap[i][1]))
+            return 0;
+    return 1;
+}
+
+/* Before a control verb moves Q to ERR: hardware has long handled what reached its port and
+ * what was posted before the command (microseconds, against the command's tens), so a peer's
+ * last message or ACK completes and Q's posted WQEs leave, as on a fabric.  The engine thread
+ * may be descheduled for milliseconds, so the caller runs passes until those are done, no
+ * pass finds work (a full ring toward a dead or stalled peer: what stays is flushed), or
+ * SETTLE_NS.  Not with CUDA-backed queues (see sn_engine_assist). */
+void sn_engine_settle(struct sn_engine *eng, struct sn_eqp *q)
+{
+    uint64_t snap[SN_INBOX_SLOTS][2], deadline = sn_now_ns() + SETTLE_NS;
+
+    if (eng->n_gpu_objects)
+        return;
+    for (int i = 0; i < SN_INBOX_SLOTS; i++) {
+        struct sn_slot *s = &eng->inbox->slot[i];
+
+        snap[i][0] = atomic_load_explicit(&s->req.head, memory_order_acquire);
+        snap[i][1] = atomic_load_explicit(&s->resp.head, memory_order_acquire);
+    }
+    while (pass_locked(eng)) {
+        int sq_out = atomic_load(&q->state) != IBV_QPS_RTS || q->sq_tx == q->sq_pi;
+
+        if ((sq_out && inbox_read_past(eng, snap)) || eng->now_ns > deadline)
+            break;
+    }
+}
+
 /* SIMNIC_ENGINE_CPUS=2,3 pins engine threads (the n-th engine of the process to the n-th CPU,
  * round robin): measurements of what a tracer adds need the emulated NIC to stay on one core. */
 static void pin_engine(void)

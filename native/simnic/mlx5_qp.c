@@ -457,6 +457,8 @@ int sn_modify_qp(struct ibv_qp *ibqp, struct ibv_qp_attr *attr, int mask)
         sn_eqp_reset(eng, &qp->e);
         break;
     case IBV_QPS_ERR:
+        if (cur != IBV_QPS_ERR)
+            sn_engine_settle(eng, &qp->e);
         sn_eqp_to_error(eng, &qp->e);
         break;
     case IBV_QPS_RTR:

@@ -339,6 +339,8 @@ struct sn_engine *sn_engine_get(struct sn_device *dev);
 void sn_engine_put(struct sn_device *dev);
 void sn_engine_kick(struct sn_engine *eng);
 void sn_engine_assist(struct sn_engine *eng);
+/* engine lock held: the work Q's move to ERR must not overtake (see eng_core.c) */
+void sn_engine_settle(struct sn_engine *eng, struct sn_eqp *q);
 void sn_engine_add_uar(struct sn_engine *eng, struct sn_uar *uar);
 void sn_engine_del_uar(struct sn_engine *eng, struct sn_uar *uar);
 void sn_engine_add_qp(struct sn_engine *eng, struct sn_eqp *q);

@@ -129,3 +129,19 @@ def test_cm_edges(nic_env):
     lines = r.out.splitlines()
     assert lines[-1] == "0 failures" and len(lines) == 25, r.out
     assert all(l.startswith("ok ") for l in lines[:-1]), r.out
+
+
+def test_last_message_before_disconnect_completes(nic_env):
+    """A message posted just before rdma_disconnect reaches the peer, and completes there even
+    when the peer moves its QP to ERR the moment it reads the disconnection: on a fabric the
+    message is on the wire before the DREQ and placed before the program sees the event.  The
+    receiver starves its NIC thread each round (examples/rdma/cm_last_message.c), so without
+    that ordering every round would end flushed."""
+    port, rounds = free_port(), 8
+    prog = str(example("cm_last_message"))
+    srv, cli = cm_pair([prog, "server", str(port), str(rounds)],
+                       [prog, "client", str(port), str(rounds)], nic_env, port, timeout=60)
+    assert cli.rc == 0, cli.out + cli.err
+    assert srv.out.splitlines() == [f"round {i}: success 64 data ok" for i in range(rounds)], \
+        srv.out + srv.err
+    assert srv.rc == 0, srv.err
