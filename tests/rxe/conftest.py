@@ -1,0 +1,44 @@
+"""One boot of the rxe guest (scripts/rxe-guest.sh) for every test here: the guest runs
+guest_programs.py, which traces Debian's RDMA programs on rxe0 and prints their reports as JSON;
+the tests assert on that.  The first run builds the guest image (cached in .rxe/).
+RXE_GUEST_OUTPUT=FILE takes a saved stdout of that boot instead of booting."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent.parent
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import guest_programs as gp  # noqa: E402  (the scenario sizes and markers the tests share)
+
+BOOT_TIMEOUT = 3000  # image build (first run) plus one boot running every scenario
+
+
+@pytest.fixture(scope="session")
+def guest(tmp_path_factory) -> dict:
+    if os.geteuid() != 0:
+        if os.environ.get("CI"):
+            pytest.fail("the rxe guest tests need root (debootstrap, chroot) and CI runs as root")
+        pytest.skip("the rxe guest needs root (debootstrap, chroot)")
+    saved = os.environ.get("RXE_GUEST_OUTPUT")
+    if saved:  # the stdout of an earlier boot, to work on the assertions without booting again
+        return parse(Path(saved).read_text())
+    log = tmp_path_factory.mktemp("rxe") / "guest.log"
+    with open(log, "w") as f:
+        res = subprocess.run(["bash", str(ROOT / "scripts" / "rxe-guest.sh"), ".venv/bin/python",
+                              "tests/rxe/guest_programs.py"], stdout=subprocess.PIPE, stderr=f, text=True,
+                             timeout=BOOT_TIMEOUT, cwd=ROOT)
+    out = res.stdout
+    assert res.returncode == 0 and gp.BEGIN in out, \
+        f"rxe guest exited {res.returncode}\n{out[-4000:]}\n{log.read_text()[-4000:]}"
+    return parse(out)
+
+
+def parse(out: str) -> dict:
+    return json.loads(out.split(gp.BEGIN, 1)[1].split(gp.END, 1)[0])

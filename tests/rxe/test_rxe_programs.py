@@ -1,0 +1,114 @@
+"""Debian's RDMA programs on a real kernel RDMA stack (soft-RoCE rxe0 in the QEMU guest of
+scripts/rxe-guest.sh, with Debian 12's rdma-core), each side under `sigmatrace spawn` in full
+mode, and `attach` to a running one: every trace holds exactly the work requests, opcodes, sizes,
+QPs, peers and completions the program made, through the real libibverbs and provider.
+
+All scenarios run in one boot (conftest.py's `guest`); guest_programs.py says what each ran."""
+from __future__ import annotations
+
+from collections import Counter
+
+import guest_programs as gp
+
+# What the tracer must have seen the programs load: Debian 12's rdma-core 44.0.
+LIBIBVERBS = "/usr/lib/x86_64-linux-gnu/libibverbs.so.1.14.44.0"
+RXE_PROVIDER = "/usr/lib/x86_64-linux-gnu/libibverbs/librxe-rdmav34.so"
+RX_DEPTH = 500  # ibv_{rc,ud}_pingpong's default receive queue depth
+
+WC_SEND, WC_RECV = 0, 128  # ibv_wc_opcode
+WR_SEND = 2  # ibv_wr_opcode
+
+
+def recv_wrs_posted(iters: int, depth: int = RX_DEPTH) -> int:
+    """Receive WRs ibv_{rc,ud}_pingpong post for `iters` messages: `depth` at start, then a refill
+    to `depth` whenever only one is left."""
+    routs = total = depth
+    for _ in range(iters):
+        routs -= 1
+        if routs <= 1:
+            total += depth - routs
+            routs = depth
+    return total
+
+
+def records(rep: dict) -> list[tuple[str, int, int, int, int, int, int]]:
+    """(type, qpn, op, aux, len, aux32, count) for each distinct full-mode record."""
+    out = []
+    for key, n in rep["record_counts"].items():
+        kind, *fields = key.split()
+        out.append((kind, *map(int, fields), n))
+    return out
+
+
+def count(rep: dict, kind: str, **match) -> int:
+    names = ("qpn", "op", "aux", "len", "aux32")
+    return sum(r[-1] for r in records(rep) if r[0] == kind
+               and all(r[1 + names.index(k)] == v for k, v in match.items()))
+
+
+def check_traced(side: dict, program_line: str) -> dict:
+    """The program finished with its own checks, and the tracer saw it whole on the real stack."""
+    assert side["rc"] == 0, side["out"]
+    assert program_line in side["out"], side["out"]
+    rep = side["report"]
+    assert "error" not in rep, rep
+    assert rep["coverage"] == {"requested": True, "agent_loaded": True, "runtime_ready": True,
+                               "hooks_installed": True, "records_flowing": True}
+    assert rep["drops"] == 0 and rep["problems"] == [] and rep["completion_errors"] == 0
+    paths = {lib["path"] for lib in rep["rdma_libraries"]}
+    assert LIBIBVERBS in paths and RXE_PROVIDER in paths, paths
+    return rep
+
+
+def test_rc_pingpong(guest):
+    iters, size = gp.RC["iters"], gp.RC["size"]
+    res = guest["rc_pingpong"]
+    reps = [check_traced(res[side], f"{iters} iters in") for side in ("server", "client")]
+    posted = recv_wrs_posted(iters)
+    for rep in reps:
+        [qp] = rep["qps"]
+        q = qp["qpn"]
+        assert qp["type"] == "RC" and qp["state"] == "RTS" and qp["known_from"] == "create"
+        assert rep["calls"]["ibv_post_send"] == iters and rep["calls"]["ibv_post_recv"] == posted
+        assert rep["calls"]["ibv_modify_qp"] == 3 and rep["calls"]["ibv_create_qp"] == 1
+        assert rep["ops"] == {"SEND": iters} and rep["bytes"] == iters * size
+        assert rep["recv_wrs"] == posted and rep["recv_bytes"] == posted * size
+        assert rep["completions"] == 2 * iters
+        # every record: its QP, opcode, sge count, size (rxe gives a send's byte_len too)
+        assert rep["record_counts"] == {f"SEND_WR {q} {WR_SEND} 1 {size} 0": iters,
+                                        f"RECV_WR {q} 0 1 {size} 0": posted,
+                                        f"COMPLETION {q} {WC_SEND} 0 {size} 0": iters,
+                                        f"COMPLETION {q} {WC_RECV} 0 {size} 0": iters}
+    a, b = (rep["qps"][0] for rep in reps)
+    assert a["remote_qpn"] == b["qpn"] and b["remote_qpn"] == a["qpn"]
+
+
+def test_attach_and_detach(guest):
+    """attach to a running ibv_rc_pingpong on rxe0 finds its context and QP (scanned, with the
+    peer asked of the real provider), traces a while, detaches; both sides finish their run."""
+    res = guest["attach"]
+    iters = gp.ATTACH["iters"]
+    for side in ("server", "client"):
+        assert res[side]["rc"] == 0 and f"{iters} iters in" in res[side]["out"], res[side]["out"]
+    att = res["attach"]
+    assert att["rc"] == 0, att["out"]
+    rep = att["report"]
+    assert rep["drops"] == 0 and rep["problems"] == [] and rep["completion_errors"] == 0
+    assert rep["coverage"]["hooks_installed"] and rep["coverage"]["records_flowing"]
+    [qp] = rep["qps"]
+    # found by the scan, its peer asked of the real provider (ibv_query_qp): the server's QP
+    assert qp["known_from"] == "query" and qp["type"] == "RC" and qp["state"] == "RTS"
+    assert f"QPN {qp['remote_qpn']:#08x}" in res["server"]["out"] and f"QPN {qp['qpn']:#08x}" in res["client"]["out"]
+    size, q = gp.ATTACH["size"], qp["qpn"]
+    sends, recvs = rep["calls"]["ibv_post_send"], rep["recv_wrs"]
+    assert sends > 0 and rep["ops"] == {"SEND": sends} and rep["bytes"] == sends * size
+    # each message: one send, then a send and a receive completion, each recorded in full
+    assert rep["record_counts"] == {f"SEND_WR {q} {WR_SEND} 1 {size} 0": sends,
+                                    f"RECV_WR {q} 0 1 {size} 0": recvs,
+                                    f"COMPLETION {q} {WC_SEND} 0 {size} 0": count(rep, "COMPLETION", op=WC_SEND),
+                                    f"COMPLETION {q} {WC_RECV} 0 {size} 0": count(rep, "COMPLETION", op=WC_RECV)}
+    assert abs(count(rep, "COMPLETION", op=WC_SEND) - sends) <= 1 and rep["completions"] == rep["records"]["COMPLETION"]
+    # receives are posted one per call in refills of RX_DEPTH - 1 (when one is left in the
+    # ring): never a refill or more ahead of, or behind, what arrived
+    assert rep["calls"]["ibv_post_recv"] == recvs
+    assert abs(recvs - count(rep, "COMPLETION", op=WC_RECV)) < RX_DEPTH - 1
