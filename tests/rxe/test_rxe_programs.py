@@ -6,7 +6,10 @@ QPs, peers and completions the program made, through the real libibverbs and pro
 All scenarios run in one boot (conftest.py's `guest`); guest_programs.py says what each ran."""
 from __future__ import annotations
 
-from collections import Counter
+import os
+import sys
+import time
+from pathlib import Path
 
 import guest_programs as gp
 
@@ -112,3 +115,30 @@ def test_attach_and_detach(guest):
     # ring): never a refill or more ahead of, or behind, what arrived
     assert rep["calls"]["ibv_post_recv"] == recvs
     assert abs(recvs - count(rep, "COMPLETION", op=WC_RECV)) < RX_DEPTH - 1
+
+
+def test_emulated_nic_counts_the_same(guest, tmp_path):
+    """Fidelity of the emulation: ibv_rc_pingpong with the same arguments on the emulated NIC
+    (host) gives the same trace as on rxe0 (guest), but for how often the program polled."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "capture"))
+    from capture_helpers import report, run_cmd, sigmatrace_cmd, simnic_env, start_cmd, wait_cmd
+
+    env, port = simnic_env(), 18700 + os.getpid() % 1000
+    args = ["ibv_rc_pingpong", "-n", str(gp.RC["iters"]), "-s", str(gp.RC["size"]), "-p", str(port)]
+    server = start_cmd([*sigmatrace_cmd(), "spawn", "-q", "--mode", "full", "--out", str(tmp_path / "server"),
+                        "--", *args], env=env)
+    time.sleep(2.0)
+    client = run_cmd([*sigmatrace_cmd(), "spawn", "-q", "--mode", "full", "--out", str(tmp_path / "client"),
+                      "--", *args, "127.0.0.1"], env=env, timeout=180)
+    _, s_err, s_rc = wait_cmd(server, timeout=60)
+    assert client.returncode == 0 and s_rc == 0, client.stderr + s_err
+    for side in ("server", "client"):
+        emulated, real = report(tmp_path / side), guest["rc_pingpong"][side]["report"]
+        for rep in (emulated, real):
+            rep["calls"].pop("ibv_poll_cq")
+        assert emulated["calls"] == real["calls"]
+        for key in ("ops", "bytes", "recv_wrs", "recv_bytes", "completions", "completion_errors", "records"):
+            assert emulated[key] == real[key], key
+        [eq], [rq] = emulated["qps"], real["qps"]
+        for key in ("type", "state", "ops", "bytes", "ops_by_opcode", "bytes_by_opcode", "known_from"):
+            assert eq[key] == rq[key], key
