@@ -35,6 +35,7 @@ def guest(tmp_path_factory) -> dict:
                               "tests/rxe/guest_programs.py"], stdout=subprocess.PIPE, stderr=f, text=True,
                              timeout=BOOT_TIMEOUT, cwd=ROOT)
     out = res.stdout
+    (log.parent / "guest.out").write_text(out)  # for RXE_GUEST_OUTPUT
     assert res.returncode == 0 and gp.BEGIN in out, \
         f"rxe guest exited {res.returncode}\n{out[-4000:]}\n{log.read_text()[-4000:]}"
     return parse(out)

@@ -29,6 +29,10 @@ SRQ = dict(iters=100, size=1024, qps=4)
 RPING = dict(count=20, size=64)
 PERF = dict(iters=200, size=4096)
 ATTACH = dict(iters=100000, size=64, duration=4)
+UCX = dict(iters=100, warmup=10, size=64)
+FI = dict(iters=100, size=64)
+# libfabric's verbs provider takes its addresses from this interface
+ENV = {"FI_VERBS_IFACE": "dummy0"}
 
 
 def spawn(trace: Path, mode: str, argv: list[str]) -> list[str]:
@@ -62,6 +66,13 @@ def scenarios() -> dict[str, tuple[list[str], list[str]]]:
     s["write_bw"] = perftest("ib_write_bw", ["-s", str(PERF["size"])], 18606)
     s["read_bw"] = perftest("ib_read_bw", ["-s", str(PERF["size"])], 18607)
     s["atomic_bw"] = perftest("ib_atomic_bw", [], 18608)
+    for tl, port in (("rc_verbs", 18610), ("ud_verbs", 18611)):
+        ucx = ["ucx_perftest", "-d", f"{DEV}:1", "-x", tl, "-t", "am_lat", "-n", str(UCX["iters"]),
+               "-w", str(UCX["warmup"]), "-s", str(UCX["size"]), "-p", str(port)]
+        s[f"ucx_{tl}"] = (ucx, [*ucx, ADDR])
+    for ep, port in (("msg", 18612), ("rdm", 18613), ("dgram", 18614)):
+        fi = ["fi_pingpong", "-p", "verbs", "-e", ep, "-I", str(FI["iters"]), "-S", str(FI["size"])]
+        s[f"fi_{ep}"] = ([*fi, "-B", str(port)], [*fi, "-P", str(port), ADDR])
     return s
 
 
@@ -77,7 +88,7 @@ def finish(p: subprocess.Popen, deadline: float) -> dict:
 
 def start(argv: list[str]) -> subprocess.Popen:
     return subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            start_new_session=True, stdin=subprocess.DEVNULL)
+                            start_new_session=True, stdin=subprocess.DEVNULL, env={**os.environ, **ENV})
 
 
 def report(trace: Path) -> dict:
@@ -143,7 +154,7 @@ def run_pair(name: str, server: list[str], client: list[str], work: Path) -> dic
     if name == "rping":
         time.sleep(15)  # rdma_cm listens on no TCP port: give the traced server time to start
     else:
-        wait_listening(int(server[server.index("-p") + 1]))
+        wait_listening(int(server[server.index("-B" if "-B" in server else "-p") + 1]))
     cli = start(spawn(work / f"{name}-client", "full", client))
     res = {"client": finish(cli, deadline), "server": finish(srv, deadline)}
     for side in sides:
