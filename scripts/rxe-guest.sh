@@ -103,18 +103,29 @@ EOF
   chmod 755 "$1"
 }
 
+# What build_image binds into the root, unmounted whichever way the build ends (also what an
+# earlier build that was killed left mounted): nothing may ever delete through them.
+BIND_MOUNTS=(var/cache/apt/archives root/.cache/pip dev/pts dev sys proc)
+unmount_root() {
+  local m
+  for m in "${BIND_MOUNTS[@]}"; do
+    while mountpoint -q "$root/$m" 2>/dev/null; do umount "$root/$m" || umount -l "$root/$m"; done
+  done
+}
+
 build_image() {
   local work=$CACHE/build
   root=$work/root   # global: the EXIT trap below needs it
   mkdir -p "$work"
   echo "rxe-guest: building the guest image (debootstrap, packages, scripts/setup.sh)" >&2
   local include; include=$(IFS=,; echo "${GUEST_PACKAGES[*]}")
-  # Unmount whatever was bound into the root, whichever way this ends.
-  trap 'for m in var/cache/apt/archives root/.cache/pip dev/pts dev sys proc; do umount "$root/$m" 2>/dev/null || true; done' EXIT
+  unmount_root
+  trap unmount_root EXIT
+  trap 'exit 143' TERM INT HUP
   mkdir -p /var/cache/apt/archives
   # A root debootstrapped with the same packages by an earlier, failed build is used again.
   if [ "$(cat "$work/debootstrap.ok" 2>/dev/null)" != "$include" ]; then
-    rm -rf "$root" "$work/debootstrap.ok"
+    rm -rf --one-file-system "$root" "$work/debootstrap.ok"
     debootstrap --variant=minbase --cache-dir=/var/cache/apt/archives --include="$include" \
       bookworm "$root" "$MIRROR" > "$work/debootstrap.log" 2>&1 \
       || { tail -20 "$work/debootstrap.log" >&2; die "debootstrap failed (log: $work/debootstrap.log)"; }
@@ -138,8 +149,8 @@ build_image() {
   chroot "$root" /usr/bin/env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin HOME=/root $pipenv \
     bash -c "cd $GUEST_SRC && bash scripts/setup.sh" > "$work/setup.log" 2>&1 \
     || { tail -20 "$work/setup.log" >&2; die "scripts/setup.sh failed in the guest root (log: $work/setup.log)"; }
-  for m in var/cache/apt/archives root/.cache/pip dev/pts dev sys proc; do umount "$root/$m"; done
-  trap - EXIT
+  unmount_root
+  trap - EXIT TERM INT HUP
   rm -f "$root/usr/sbin/policy-rc.d"
   cat > "$root/sbin/rxe-init" <<'INIT'
 #!/bin/bash
@@ -152,7 +163,7 @@ INIT
   cp "$root"/boot/vmlinuz-* "$work/vmlinuz"; cp "$root"/boot/initrd.img-* "$work/initrd"
   local mb; mb=$(du -sm "$root" | cut -f1)
   mkfs.ext4 -q -F -L rxe-root -d "$root" "$work/guest.img" "$((mb + 2048))M"
-  rm -rf "$root" "$work/debootstrap.ok"
+  rm -rf --one-file-system "$root" "$work/debootstrap.ok"
   mv "$work/guest.img" "$work/vmlinuz" "$work/initrd" "$CACHE/"
   inputs_hash > "$CACHE/inputs.sha256"
   echo "rxe-guest: image built ($((mb + 2048)) MiB)" >&2

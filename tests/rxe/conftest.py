@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -18,6 +19,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import guest_programs as gp  # noqa: E402  (the scenario sizes and markers the tests share)
 
 BOOT_TIMEOUT = 3000  # image build (first run) plus one boot running every scenario
+TEST_TIMEOUT = BOOT_TIMEOUT + 120  # pytest-timeout for each test here (the first one boots)
+
+
+def pytest_collection_modifyitems(items):
+    for item in items:  # the first test here waits for the boot: pytest-timeout's default is far less
+        if Path(str(item.fspath)).parent == Path(__file__).resolve().parent:
+            item.add_marker(pytest.mark.timeout(TEST_TIMEOUT))
 
 
 @pytest.fixture(scope="session")
@@ -31,9 +39,21 @@ def guest(tmp_path_factory) -> dict:
         return parse(Path(saved).read_text())
     log = tmp_path_factory.mktemp("rxe") / "guest.log"
     with open(log, "w") as f:
-        res = subprocess.run(["bash", str(ROOT / "scripts" / "rxe-guest.sh"), ".venv/bin/python",
+        # its own session: on a timeout, SIGTERM reaches QEMU and a build's chroot too (the script
+        # then unmounts what it bound into the guest's root), SIGKILL only if that is not enough
+        p = subprocess.Popen(["bash", str(ROOT / "scripts" / "rxe-guest.sh"), ".venv/bin/python",
                               "tests/rxe/guest_programs.py"], stdout=subprocess.PIPE, stderr=f, text=True,
-                             timeout=BOOT_TIMEOUT, cwd=ROOT)
+                             cwd=ROOT, start_new_session=True)
+        try:
+            out, _ = p.communicate(timeout=BOOT_TIMEOUT)
+        except subprocess.TimeoutExpired:
+            os.killpg(p.pid, signal.SIGTERM)
+            try:
+                p.wait(timeout=60)
+            finally:
+                os.killpg(p.pid, signal.SIGKILL)
+            raise
+    res = subprocess.CompletedProcess(p.args, p.returncode, out)
     out = res.stdout
     (log.parent / "guest.out").write_text(out)  # for RXE_GUEST_OUTPUT
     assert res.returncode == 0 and gp.BEGIN in out, \

@@ -4,7 +4,7 @@ per scenario and side, the program's exit status, the end of its output and `sig
 --json` of its trace.  The host-side tests (test_rxe_programs.py) assert on it; nothing is judged
 here, so one boot serves every test.
 
-    .venv/bin/python tests/rxe/guest_programs.py [SCENARIO...]   # default: all of them
+    .venv/bin/python tests/rxe/guest_programs.py [SCENARIO...]   # default: all but ucx_*, fi_*
 """
 from __future__ import annotations
 
@@ -28,7 +28,7 @@ UD = dict(iters=200, size=512)
 SRQ = dict(iters=100, size=1024, qps=4)
 RPING = dict(count=20, size=64)
 PERF = dict(iters=200, size=4096)
-ATTACH = dict(iters=100000, size=64, duration=4)
+ATTACH = dict(iters=60000, size=64, duration=4)  # ~1.5 ms per message: it outlives the attach
 UCX = dict(iters=100, warmup=10, size=64)
 FI = dict(iters=100, size=64)
 # libfabric's verbs provider takes its addresses from this interface
@@ -189,7 +189,9 @@ def main(names: list[str]) -> int:
     work = Path(tempfile.mkdtemp(prefix="rxe-"))
     results = {}
     table = scenarios()
-    for name in names or [*table, "attach"]:
+    # UCX and libfabric are not in the default run yet (named, they run)
+    default = [n for n in table if not n.startswith(("ucx_", "fi_"))] + ["attach"]
+    for name in names or default:
         results[name] = run_attach(work) if name == "attach" else run_pair(name, *table[name], work)
         print(f"{name}: {results[name]['seconds']} s", file=sys.stderr, flush=True)
     print(BEGIN)
