@@ -1,0 +1,267 @@
+"""Debian's RDMA programs on a real kernel RDMA stack (soft-RoCE rxe0 in the QEMU guest of
+scripts/rxe-guest.sh, with Debian 12's rdma-core), each side under `sigmatrace spawn` in full
+mode, and `attach` to a running one: every trace holds exactly the work requests, opcodes, sizes,
+QPs, peers and completions the program made, through the real libibverbs and provider.
+
+All scenarios run in one boot (conftest.py's `guest`); guest_programs.py says what each ran."""
+from __future__ import annotations
+
+import os
+import re
+import sys
+import time
+from pathlib import Path
+
+import guest_programs as gp
+
+# What the tracer must have seen the programs load: Debian 12's rdma-core 44.0.
+LIBIBVERBS = "/usr/lib/x86_64-linux-gnu/libibverbs.so.1.14.44.0"
+RXE_PROVIDER = "/usr/lib/x86_64-linux-gnu/libibverbs/librxe-rdmav34.so"
+RX_DEPTH = 500  # ibv_{rc,ud}_pingpong's default receive queue depth
+
+WC_SEND, WC_WRITE, WC_READ, WC_FETCH_ADD, WC_RECV = 0, 1, 2, 4, 128  # ibv_wc_opcode
+WR_WRITE, WR_SEND, WR_READ, WR_FETCH_ADD = 0, 2, 4, 6  # ibv_wr_opcode
+WC_WR_FLUSH_ERR = 5  # ibv_wc_status
+GRH = 40  # a UD receive buffer starts with the 40-byte GRH
+
+
+def recv_wrs_posted(iters: int, depth: int = RX_DEPTH) -> int:
+    """Receive WRs ibv_{rc,ud}_pingpong post for `iters` messages: `depth` at start, then a refill
+    to `depth` whenever only one is left."""
+    routs = total = depth
+    for _ in range(iters):
+        routs -= 1
+        if routs <= 1:
+            total += depth - routs
+            routs = depth
+    return total
+
+
+def records(rep: dict) -> list[tuple[str, int, int, int, int, int, int]]:
+    """(type, qpn, op, aux, len, aux32, count) for each distinct full-mode record."""
+    out = []
+    for key, n in rep["record_counts"].items():
+        kind, *fields = key.split()
+        out.append((kind, *map(int, fields), n))
+    return out
+
+
+def count(rep: dict, kind: str, **match) -> int:
+    names = ("qpn", "op", "aux", "len", "aux32")
+    return sum(r[-1] for r in records(rep) if r[0] == kind
+               and all(r[1 + names.index(k)] == v for k, v in match.items()))
+
+
+def check_traced(side: dict, program_line: str, completion_errors: int = 0) -> dict:
+    """The program finished with its own checks (exit 0, its result line, a regular expression),
+    and the tracer saw it whole on the real stack."""
+    assert side["rc"] == 0, side["out"]
+    assert re.search(program_line, side["out"], re.M), side["out"]
+    rep = side["report"]
+    assert "error" not in rep, rep
+    assert rep["coverage"] == {"requested": True, "agent_loaded": True, "runtime_ready": True,
+                               "hooks_installed": True, "records_flowing": True}
+    assert rep["drops"] == 0 and rep["problems"] == [] and rep["completion_errors"] == completion_errors
+    paths = {lib["path"] for lib in rep["rdma_libraries"]}
+    assert LIBIBVERBS in paths and RXE_PROVIDER in paths, paths
+    return rep
+
+
+def test_rc_pingpong(guest):
+    iters, size = gp.RC["iters"], gp.RC["size"]
+    res = guest["rc_pingpong"]
+    reps = [check_traced(res[side], f"{iters} iters in") for side in ("server", "client")]
+    posted = recv_wrs_posted(iters)
+    for rep in reps:
+        [qp] = rep["qps"]
+        q = qp["qpn"]
+        assert qp["type"] == "RC" and qp["state"] == "RTS" and qp["known_from"] == "create"
+        assert rep["calls"]["ibv_post_send"] == iters and rep["calls"]["ibv_post_recv"] == posted
+        assert rep["calls"]["ibv_modify_qp"] == 3 and rep["calls"]["ibv_create_qp"] == 1
+        assert rep["ops"] == {"SEND": iters} and rep["bytes"] == iters * size
+        assert rep["recv_wrs"] == posted and rep["recv_bytes"] == posted * size
+        assert rep["completions"] == 2 * iters
+        # every record: its QP, opcode, sge count, size (rxe gives a send's byte_len too)
+        assert rep["record_counts"] == {f"SEND_WR {q} {WR_SEND} 1 {size} 0": iters,
+                                        f"RECV_WR {q} 0 1 {size} 0": posted,
+                                        f"COMPLETION {q} {WC_SEND} 0 {size} 0": iters,
+                                        f"COMPLETION {q} {WC_RECV} 0 {size} 0": iters}
+    a, b = (rep["qps"][0] for rep in reps)
+    assert a["remote_qpn"] == b["qpn"] and b["remote_qpn"] == a["qpn"]
+
+
+def test_attach_and_detach(guest):
+    """attach to a running ibv_rc_pingpong on rxe0 finds its context and QP (scanned, with the
+    peer asked of the real provider), traces a while, detaches; both sides finish their run."""
+    res = guest["attach"]
+    iters = gp.ATTACH["iters"]
+    for side in ("server", "client"):
+        assert res[side]["rc"] == 0 and f"{iters} iters in" in res[side]["out"], res[side]["out"]
+    att = res["attach"]
+    assert att["rc"] == 0, att["out"]
+    rep = att["report"]
+    assert rep["drops"] == 0 and rep["problems"] == [] and rep["completion_errors"] == 0
+    assert rep["coverage"]["hooks_installed"] and rep["coverage"]["records_flowing"]
+    [qp] = rep["qps"]
+    # found by the scan, its peer asked of the real provider (ibv_query_qp): the server's QP
+    assert qp["known_from"] == "query" and qp["type"] == "RC" and qp["state"] == "RTS"
+    assert f"QPN {qp['remote_qpn']:#08x}" in res["server"]["out"] and f"QPN {qp['qpn']:#08x}" in res["client"]["out"]
+    size, q = gp.ATTACH["size"], qp["qpn"]
+    sends, recvs = rep["calls"]["ibv_post_send"], rep["recv_wrs"]
+    assert sends > 0 and rep["ops"] == {"SEND": sends} and rep["bytes"] == sends * size
+    # each message: one send, then a send and a receive completion, each recorded in full
+    assert rep["record_counts"] == {f"SEND_WR {q} {WR_SEND} 1 {size} 0": sends,
+                                    f"RECV_WR {q} 0 1 {size} 0": recvs,
+                                    f"COMPLETION {q} {WC_SEND} 0 {size} 0": count(rep, "COMPLETION", op=WC_SEND),
+                                    f"COMPLETION {q} {WC_RECV} 0 {size} 0": count(rep, "COMPLETION", op=WC_RECV)}
+    assert abs(count(rep, "COMPLETION", op=WC_SEND) - sends) <= 1 and rep["completions"] == rep["records"]["COMPLETION"]
+    # receives are posted one per call in refills of RX_DEPTH - 1 (when one is left in the
+    # ring): never a refill or more ahead of, or behind, what arrived
+    assert rep["calls"]["ibv_post_recv"] == recvs
+    assert abs(recvs - count(rep, "COMPLETION", op=WC_RECV)) < RX_DEPTH - 1
+
+
+def test_emulated_nic_counts_the_same(guest, tmp_path):
+    """Fidelity of the emulation: ibv_rc_pingpong with the same arguments on the emulated NIC
+    (host) gives the same trace as on rxe0 (guest), but for how often the program polled."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "capture"))
+    from capture_helpers import report, run_cmd, sigmatrace_cmd, simnic_env, start_cmd, wait_cmd
+
+    env, port = simnic_env(), 18700 + os.getpid() % 1000
+    args = ["ibv_rc_pingpong", "-n", str(gp.RC["iters"]), "-s", str(gp.RC["size"]), "-p", str(port)]
+    server = start_cmd([*sigmatrace_cmd(), "spawn", "-q", "--mode", "full", "--out", str(tmp_path / "server"),
+                        "--", *args], env=env)
+    time.sleep(2.0)
+    client = run_cmd([*sigmatrace_cmd(), "spawn", "-q", "--mode", "full", "--out", str(tmp_path / "client"),
+                      "--", *args, "127.0.0.1"], env=env, timeout=180)
+    _, s_err, s_rc = wait_cmd(server, timeout=60)
+    assert client.returncode == 0 and s_rc == 0, client.stderr + s_err
+    for side in ("server", "client"):
+        emulated, real = report(tmp_path / side), guest["rc_pingpong"][side]["report"]
+        for rep in (emulated, real):
+            rep["calls"].pop("ibv_poll_cq")
+        assert emulated["calls"] == real["calls"]
+        for key in ("ops", "bytes", "recv_wrs", "recv_bytes", "completions", "completion_errors", "records"):
+            assert emulated[key] == real[key], key
+        [eq], [rq] = emulated["qps"], real["qps"]
+        for key in ("type", "state", "ops", "bytes", "ops_by_opcode", "bytes_by_opcode", "known_from"):
+            assert eq[key] == rq[key], key
+
+
+def test_ud_pingpong(guest):
+    """UD: every send names its peer's QP number, every receive carries the GRH."""
+    iters, size = gp.UD["iters"], gp.UD["size"]
+    res = guest["ud_pingpong"]
+    reps = [check_traced(res[side], f"{iters} iters in") for side in ("server", "client")]
+    posted = recv_wrs_posted(iters)
+    qpns = [rep["qps"][0]["qpn"] for rep in reps]
+    for rep, q, peer in zip(reps, qpns, reversed(qpns)):
+        [qp] = rep["qps"]
+        assert qp["type"] == "UD" and qp["state"] == "RTS" and qp["known_from"] == "create"
+        assert rep["calls"]["ibv_post_send"] == iters and rep["calls"]["ibv_post_recv"] == posted
+        assert rep["ops"] == {"SEND": iters} and rep["bytes"] == iters * size
+        assert rep["recv_wrs"] == posted and rep["recv_bytes"] == posted * (size + GRH)
+        assert rep["record_counts"] == {f"SEND_WR {q} {WR_SEND} 1 {size} {peer}": iters,
+                                        f"RECV_WR {q} 0 1 {size + GRH} 0": posted,
+                                        f"COMPLETION {q} {WC_SEND} 0 {size} 0": iters,
+                                        f"COMPLETION {q} {WC_RECV} 0 {size + GRH} {peer}": iters}
+
+
+def test_srq_pingpong(guest):
+    """Receives through a shared receive queue, sends spread over the QPs, each paired."""
+    iters, size, nqp = gp.SRQ["iters"], gp.SRQ["size"], gp.SRQ["qps"]
+    res = guest["srq_pingpong"]
+    reps = [check_traced(res[side], f"{iters} iters in") for side in ("server", "client")]
+    for mine, peer in (reps, reversed(reps)):
+        sends = mine["calls"]["ibv_post_send"]
+        assert len(mine["qps"]) == nqp and mine["calls"]["ibv_create_srq"] == 1
+        assert mine["calls"]["ibv_post_srq_recv"] == 500 == mine["recv_wrs"] and "ibv_post_recv" not in mine["calls"]
+        assert sends >= iters and mine["ops"] == {"SEND": sends} and mine["bytes"] == sends * size
+        # per QP: its sends as recorded; completions of its sends and of the peer's sends to it,
+        # those the program polled before it stopped looking (it stops once `iters` of each came)
+        peer_sends = {q["remote_qpn"]: q["ops"] for q in peer["qps"]}
+        for qp in mine["qps"]:
+            q = qp["qpn"]
+            assert qp["type"] == "RC" and qp["ops"] == count(mine, "SEND_WR", qpn=q, op=WR_SEND, len=size)
+            assert count(mine, "COMPLETION", qpn=q, op=WC_SEND, aux=0, len=size) <= qp["ops"]
+            assert count(mine, "COMPLETION", qpn=q, op=WC_RECV, aux=0, len=size) <= peer_sends[q]
+        sent = count(mine, "COMPLETION", op=WC_SEND, aux=0, len=size)
+        recvd = count(mine, "COMPLETION", op=WC_RECV, aux=0, len=size)
+        assert iters <= sent <= sends and iters <= recvd <= peer["calls"]["ibv_post_send"]
+        assert mine["completions"] == sent + recvd == mine["records"]["COMPLETION"]
+        assert sum(qp["ops"] for qp in mine["qps"]) == sends
+    peers = {q["qpn"]: q["remote_qpn"] for q in reps[1]["qps"]}
+    assert sorted(peers) == sorted(q["remote_qpn"] for q in reps[0]["qps"])
+    assert all(peers[q["remote_qpn"]] == q["qpn"] for q in reps[0]["qps"])
+
+
+def test_rping(guest):
+    """rdma_cm (librdmacm) sets up the QP; per ping the client advertises its buffer twice, the
+    server reads it (RDMA_READ), writes it back (RDMA_WRITE) and answers each advertisement; at
+    the end the one receive still posted on each side is flushed."""
+    n, size = gp.RPING["count"], gp.RPING["size"]
+    res = guest["rping"]
+    srv, cli = (check_traced(res[side], "DISCONNECT EVENT", completion_errors=1) for side in ("server", "client"))
+    [sq], [cq] = srv["qps"], cli["qps"]
+    s, c = sq["qpn"], cq["qpn"]
+    assert sq["remote_qpn"] == c and cq["remote_qpn"] == s and sq["type"] == cq["type"] == "RC"
+    assert any(lib["path"].endswith("librdmacm.so.1.3.44.0") for lib in cli["rdma_libraries"])
+    adv = 16  # struct rping_rdma_info: buf, rkey, size
+    assert cli["ops"] == {"SEND": 2 * n} and srv["ops"] == {"SEND": 2 * n, "RDMA_READ": n, "RDMA_WRITE": n}
+    assert cli["record_counts"] == {f"SEND_WR {c} {WR_SEND} 1 {adv} 0": 2 * n,
+                                    f"RECV_WR {c} 0 1 {adv} 0": 2 * n + 1,
+                                    f"COMPLETION {c} {WC_SEND} 0 {adv} 0": 2 * n,
+                                    f"COMPLETION {c} {WC_RECV} 0 {adv} 0": 2 * n,
+                                    f"COMPLETION {c} {WC_SEND} {WC_WR_FLUSH_ERR} 0 0": 1}
+    assert srv["record_counts"] == {f"SEND_WR {s} {WR_SEND} 1 {adv} 0": 2 * n,
+                                    f"SEND_WR {s} {WR_READ} 1 {size} 0": n,
+                                    f"SEND_WR {s} {WR_WRITE} 1 {size} 0": n,
+                                    f"RECV_WR {s} 0 1 {adv} 0": 2 * n + 1,
+                                    f"COMPLETION {s} {WC_SEND} 0 {adv} 0": 2 * n,
+                                    f"COMPLETION {s} {WC_READ} 0 {size} 0": n,
+                                    f"COMPLETION {s} {WC_WRITE} 0 {size} 0": n,
+                                    f"COMPLETION {s} {WC_RECV} 0 {adv} 0": 2 * n,
+                                    f"COMPLETION {s} {WC_SEND} {WC_WR_FLUSH_ERR} 0 0": 1}
+
+
+def perftest_line(size: int, iters: int) -> str:
+    return rf"^\s*{size}\s+{iters}\s"  # the result table's row
+
+
+def check_perftest_client(res: dict, op: str, wr: int, wc: int, size: int) -> dict:
+    """The client posts `iters` WRs of `op` (one per call), asking a completion for every 100th
+    (perftest's default completion moderation)."""
+    iters = gp.PERF["iters"]
+    rep = check_traced(res["client"], perftest_line(size, iters))
+    [qp] = rep["qps"]
+    q = qp["qpn"]
+    assert qp["type"] == "RC" and qp["state"] == "RTS" and qp["ops_by_opcode"] == {op: iters}
+    assert rep["calls"]["ibv_post_send"] == iters and rep["ops"] == {op: iters} and rep["bytes"] == iters * size
+    counts = {f"SEND_WR {q} {wr} 1 {size} 0": iters, f"COMPLETION {q} {wc} 0 {size} 0": iters // 100}
+    assert {k: n for k, n in rep["record_counts"].items() if not k.startswith("RECV_WR")} == counts
+    return rep
+
+
+def test_perftest_send(guest):
+    size, iters = gp.PERF["size"], gp.PERF["iters"]
+    res = guest["send_bw"]
+    cli = check_perftest_client(res, "SEND", WR_SEND, WC_SEND, size)
+    srv = check_traced(res["server"], perftest_line(size, iters))
+    [sq] = srv["qps"]
+    assert sq["remote_qpn"] == cli["qps"][0]["qpn"] and cli["qps"][0]["remote_qpn"] == sq["qpn"]
+    assert srv["ops"] == {} and "ibv_post_send" not in srv["calls"]
+    assert srv["calls"]["ibv_post_recv"] == iters and srv["recv_wrs"] == iters and srv["recv_bytes"] == iters * size
+    assert srv["record_counts"] == {f"RECV_WR {sq['qpn']} 0 1 {size} 0": iters,
+                                    f"COMPLETION {sq['qpn']} {WC_RECV} 0 {size} 0": iters}
+
+
+def test_perftest_write_read_atomic(guest):
+    size = gp.PERF["size"]
+    for name, op, wr, wc, sz in (("write_bw", "RDMA_WRITE", WR_WRITE, WC_WRITE, size),
+                                 ("read_bw", "RDMA_READ", WR_READ, WC_READ, size),
+                                 ("atomic_bw", "ATOMIC_FETCH_AND_ADD", WR_FETCH_ADD, WC_FETCH_ADD, 8)):
+        res = guest[name]
+        rep = check_perftest_client(res, op, wr, wc, sz)
+        assert rep["recv_wrs"] == 0, name
+        assert res["server"]["rc"] == 0 and re.search(perftest_line(sz, gp.PERF["iters"]), res["server"]["out"], re.M)
+    assert guest["atomic_bw"]["client"]["report"]["records"]["ATOMIC_ARGS"] == gp.PERF["iters"]
