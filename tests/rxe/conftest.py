@@ -30,6 +30,10 @@ def pytest_collection_modifyitems(items):
 
 @pytest.fixture(scope="session")
 def guest(tmp_path_factory) -> dict:
+    if not os.environ.get("SIGMATRACE_RXE") and not os.environ.get("RXE_GUEST_OUTPUT"):
+        # an image build and one boot under software emulation take over 20 minutes on 2 cores:
+        # more than the suite can spend yet (docs/rxe.md, "Time")
+        pytest.skip("the rxe guest tests run with SIGMATRACE_RXE=1 (20+ minutes on 2 cores; docs/rxe.md)")
     if os.geteuid() != 0:
         if os.environ.get("CI"):
             pytest.fail("the rxe guest tests need root (debootstrap, chroot) and CI runs as root")
