@@ -178,9 +178,11 @@ boot() {
   (cd "$CHECKOUT" && checkout_files | tar --null -T - -rf "$disk" --transform 's,^,src/,')
   local accel=(-accel tcg,thread=multi -cpu max)
   [ "${RXE_ACCEL:-tcg}" = kvm ] && accel=(-accel kvm -cpu host)
+  # no_timer_check: under a loaded host the kernel's IO-APIC timer check can fail and panic it
+  # at boot; panic=-1: a panic resets the guest (QEMU exits) instead of hanging until the timeout
   local qemu=(nice -n 5 qemu-system-x86_64 "${accel[@]}" -m "${RXE_MEM:-3072}" -smp "${RXE_CPUS:-2}"
     -no-reboot -kernel "$CACHE/vmlinuz" -initrd "$CACHE/initrd"
-    -append "root=/dev/vda rw console=ttyS0 init=/sbin/rxe-init quiet loglevel=1 mitigations=off"
+    -append "root=/dev/vda rw console=ttyS0 init=/sbin/rxe-init quiet loglevel=1 mitigations=off no_timer_check panic=-1"
     -drive "file=$CACHE/guest.img,format=raw,if=virtio,snapshot=on"
     -drive "file=$disk,format=raw,if=virtio,readonly=on")
   if [ ! -s "$cmdfile" ]; then
