@@ -55,18 +55,38 @@ def run(argv, env, timeout=60, check=False) -> Result:
     return r
 
 
-def run_pair(server_argv, client_argv, env, timeout=120, server_env=None):
-    """Starts the server, then runs the client until it connects (the server may not be listening
-    yet: the client then fails at once and is retried).  Returns (server, client) results."""
+def tcp_listening(port: int) -> bool:
+    """Whether a TCP socket listens on PORT, read from /proc (a probe connection would be taken
+    by some servers, ucx_perftest's among them, as their client)."""
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            with open(table) as f:
+                rows = [line.split() for line in f.readlines()[1:]]
+        except OSError:
+            continue
+        if any(int(r[1].rsplit(":", 1)[1], 16) == port and r[3] == "0A" for r in rows):
+            return True
+    return False
+
+
+def run_pair(server_argv, client_argv, env, timeout=120, server_env=None, ready=None,
+             retry_on: str | None = "Couldn't connect"):
+    """Starts the server, waits until READY() says it listens (when given), then runs the client,
+    again while its output holds RETRY_ON (a client that started before the server listened fails
+    at once).  Returns (server, client) results."""
     srv = subprocess.Popen(server_argv, env=server_env or env, stdout=subprocess.PIPE,
                            stderr=subprocess.PIPE, text=True, start_new_session=True)
     deadline = time.monotonic() + timeout
     try:
+        while ready is not None and not ready():
+            if srv.poll() is not None or time.monotonic() > deadline:
+                out, err = srv.communicate()
+                pytest.fail(f"server never listened (rc {srv.returncode})\nstdout:\n{out}\nstderr:\n{err}")
+            time.sleep(0.05)
         while True:
             cli = run(client_argv, env, timeout=max(1, deadline - time.monotonic()))
-            if cli.rc == 0 or "Couldn't connect" not in cli.err or time.monotonic() > deadline:
-                break
-            if srv.poll() is not None:
+            if cli.rc == 0 or retry_on is None or retry_on not in cli.out + cli.err or \
+                    srv.poll() is not None or time.monotonic() > deadline:
                 break
             time.sleep(0.1)
         out, err = srv.communicate(timeout=max(1, deadline - time.monotonic()))

@@ -2,22 +2,10 @@
 the verbs provider's endpoints on mlx5_0, and fi_pingpong's msg and rdm endpoints (connected
 through the emulated librdmacm) and dgram endpoints (UD QPs) pass their own data checks between two processes."""
 import re
-import subprocess
-import time
 
 import pytest
 
-from .conftest import Result, _kill, free_port, run
-
-
-def _tcp_listening(port: int) -> bool:
-    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
-        with open(table) as f:
-            for line in f.readlines()[1:]:
-                cols = line.split()
-                if int(cols[1].rsplit(":", 1)[1], 16) == port and cols[3] == "0A":
-                    return True
-    return False
+from .conftest import free_port, run, run_pair, tcp_listening
 
 
 def _pingpong(env, ep_type: str, size: int, iters: int):
@@ -25,25 +13,8 @@ def _pingpong(env, ep_type: str, size: int, iters: int):
     starts once the server listens there."""
     port = free_port()
     args = ["fi_pingpong", "-p", "verbs", "-e", ep_type, "-S", str(size), "-I", str(iters), "-c"]
-    srv = subprocess.Popen(args + ["-B", str(port)], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                           text=True, start_new_session=True)
-    try:
-        deadline = time.monotonic() + 30
-        while not _tcp_listening(port):
-            if srv.poll() is not None or time.monotonic() > deadline:
-                out, err = srv.communicate()
-                pytest.fail(f"fi_pingpong server never listened (rc {srv.returncode})\n{out}{err}")
-            time.sleep(0.05)
-        cli = run(args + ["-P", str(port), "127.0.0.1"], env, timeout=30)
-        out, err = srv.communicate(timeout=30)
-    except subprocess.TimeoutExpired:
-        _kill(srv)
-        out, err = srv.communicate()
-        pytest.fail(f"fi_pingpong server timed out\n{out}\n{err}")
-    finally:
-        if srv.poll() is None:
-            _kill(srv)
-    return Result(srv.returncode, out, err), cli
+    return run_pair(args + ["-B", str(port)], args + ["-P", str(port), "127.0.0.1"], env, timeout=60,
+                    ready=lambda: tcp_listening(port), retry_on=None)
 
 
 def _entries(out: str):

@@ -12,15 +12,13 @@ from __future__ import annotations
 import os
 import re
 import shutil
-import subprocess
 import sys
-import time
 
 import pytest
 
 from sigmatrace.simnic import sysview
 
-from .conftest import Result, _kill, free_port, run
+from .conftest import free_port, run, run_pair, tcp_listening
 
 pytestmark = [
     pytest.mark.skipif(shutil.which("ucx_perftest") is None, reason="ucx-utils is not installed"),
@@ -36,52 +34,14 @@ def simnic_run(fabric, *argv, devices=1):
             "-f", fabric, "--", *argv]
 
 
-def listening(port: int) -> bool:
-    """Whether a TCP socket listens on PORT (read from /proc: a probe connection would be taken
-    by ucx_perftest's server as its client)."""
-    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
-        try:
-            with open(table) as f:
-                rows = [line.split() for line in f.readlines()[1:]]
-        except OSError:
-            continue
-        if any(int(r[1].rsplit(":", 1)[1], 16) == port and r[3] == "0A" for r in rows):
-            return True
-    return False
-
-
-def wait_listening(port: int, srv: subprocess.Popen, deadline: float) -> None:
-    """Starting the client only once the server listens saves a failed client start-up."""
-    while not listening(port) and srv.poll() is None and time.monotonic() < deadline:
-        time.sleep(0.05)
-
-
 def perftest_pair(fabric, args, env, timeout=90):
-    """ucx_perftest server and client (127.0.0.1) on FABRIC; the client is retried while the
-    server is not listening yet."""
-    port = str(free_port())
-    srv = subprocess.Popen(simnic_run(fabric, "ucx_perftest", "-p", port, *args), env=env,
-                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                           start_new_session=True)
-    deadline = time.monotonic() + timeout
-    try:
-        wait_listening(int(port), srv, deadline)
-        while True:
-            cli = run(simnic_run(fabric, "ucx_perftest", "-p", port, *args, "127.0.0.1"), env,
-                      timeout=max(1, deadline - time.monotonic()))
-            if "Connection refused" not in cli.out + cli.err or srv.poll() is not None or \
-                    time.monotonic() > deadline:
-                break
-            time.sleep(0.2)
-        out, err = srv.communicate(timeout=max(1, deadline - time.monotonic()))
-    except subprocess.TimeoutExpired:
-        _kill(srv)
-        out, err = srv.communicate()
-        pytest.fail(f"server timed out\nstdout:\n{out}\nstderr:\n{err}")
-    finally:
-        if srv.poll() is None:
-            _kill(srv)
-    return Result(srv.returncode, out, err), cli
+    """ucx_perftest server and client (127.0.0.1) on FABRIC: the client starts once the server
+    listens, and again if it was refused all the same."""
+    port = free_port()
+    server = simnic_run(fabric, "ucx_perftest", "-p", str(port), *args)
+    client = simnic_run(fabric, "ucx_perftest", "-p", str(port), *args, "127.0.0.1")
+    return run_pair(server, client, env, timeout, ready=lambda: tcp_listening(port),
+                    retry_on="Connection refused")
 
 
 def final_row(out: str) -> list[float]:

@@ -4,7 +4,6 @@ empty, a non-blocking read of an empty one fails with EAGAIN, and a DevX event b
 small for one event is refused with ENOSPC (the kernel's answer)."""
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 
