@@ -54,6 +54,19 @@ def contiguous_range(wr_ids: np.ndarray) -> tuple[int, int]:
     return int(ids[0]), int(ids[-1])
 
 
+def _attach_until_signal(pid, mode: str, out, sig) -> tuple[int, str]:
+    """`sigmatrace attach` to PID until, a second after tracing has started (the agent has
+    reported its providers in meta.json), it gets SIG; its exit status and stderr."""
+    ctl = start_cmd([*sigmatrace_cmd(), "attach", "-q", "--pid", str(pid), "--mode", mode, "--out", str(out)])
+    meta = out / f"p{pid}" / "meta.json"
+    while ctl.poll() is None and not (meta.exists() and "providers" in json.loads(meta.read_text())):
+        time.sleep(0.05)
+    time.sleep(1.0)
+    ctl.send_signal(sig)
+    _, err, rc = wait_cmd(ctl, timeout=60)
+    return rc, err
+
+
 def test_attach_detach_reattach(tmp_path, verbs_loop):
     env = simnic_env()
     iters = 8000  # about 9 s at 1 ms per iteration: it outlives both tracing sessions
@@ -68,14 +81,7 @@ def test_attach_detach_reattach(tmp_path, verbs_loop):
         time.sleep(0.3)
         assert prog.poll() is None, prog.communicate()
         # the second one ends with Ctrl-C
-        second = start_cmd([*sigmatrace_cmd(), "attach", "-q", "--pid", str(pid), "--mode", "simple", "--out",
-                            str(tmp_path / "two")])
-        meta = tmp_path / "two" / f"p{pid}" / "meta.json"
-        while second.poll() is None and not (meta.exists() and "providers" in json.loads(meta.read_text())):
-            time.sleep(0.05)  # tracing has started once the agent reported its providers
-        time.sleep(1.0)
-        second.send_signal(signal.SIGINT)
-        _, err2, rc2 = wait_cmd(second, timeout=60)
+        rc2, err2 = _attach_until_signal(pid, "simple", tmp_path / "two", signal.SIGINT)
         assert rc2 == 0, err2
         out, err, rc = wait_cmd(prog, timeout=120)
     finally:
@@ -191,14 +197,7 @@ def test_sigterm_finishes_an_attach_trace(tmp_path, verbs_loop):
                             stderr=subprocess.PIPE, text=True, env=env, start_new_session=True)
     try:
         pid, _ = wait_ready(prog)
-        ctl = start_cmd([*sigmatrace_cmd(), "attach", "-q", "--pid", str(pid), "--mode", "full", "--out",
-                         str(tmp_path / "t")])
-        meta = tmp_path / "t" / f"p{pid}" / "meta.json"
-        while ctl.poll() is None and not (meta.exists() and "providers" in json.loads(meta.read_text())):
-            time.sleep(0.05)
-        time.sleep(1.0)
-        ctl.send_signal(signal.SIGTERM)
-        _, err2, rc2 = wait_cmd(ctl, timeout=60)
+        rc2, err2 = _attach_until_signal(pid, "full", tmp_path / "t", signal.SIGTERM)
         assert rc2 == 0, err2
         out, err, rc = wait_cmd(prog, timeout=120)
     finally:

@@ -5,7 +5,6 @@ import json
 import os
 import stat
 import subprocess
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -15,16 +14,6 @@ from sigmatrace.trace import format as fmt
 from sigmatrace.trace import live as lv
 from sigmatrace.trace.reader import ProcessTrace
 
-HERE = Path(__file__).resolve().parent
-INCLUDE = HERE.parent.parent / "native" / "include"
-
-
-@pytest.fixture(scope="module")
-def harness(tmp_path_factory):
-    exe = tmp_path_factory.mktemp("harness") / "rt_harness"
-    subprocess.run(["cc", "-O2", "-pthread", f"-I{INCLUDE}", str(HERE / "native" / "rt_harness.c"), "-o", str(exe),
-                    "-ldl"], check=True)
-    return exe
 
 
 def run(harness, d, scenario, mode, threads, calls, ring=65536):

@@ -81,14 +81,6 @@ def test_cli_options_default_to_the_runtime(command):
     assert set(DOORBELL_MODES) | {"off"} == set(keys["doorbells"].type.split("|"))
 
 
-@pytest.fixture(scope="module")
-def harness(tmp_path_factory):
-    exe = tmp_path_factory.mktemp("harness") / "rt_harness"
-    subprocess.run(["cc", "-O2", "-pthread", f"-I{INCLUDE}", str(HERE / "native" / "rt_harness.c"), "-o", str(exe),
-                    "-ldl"], check=True)
-    return exe
-
-
 def runtime_event(harness, d: Path, lines: str, env: dict | None = None) -> tuple[dict, list[dict]]:
     res = subprocess.run([str(harness), str(paths.native("libsigmatrace_rt.so")), str(d), "config", "simple", "0", "0",
                           lines], capture_output=True, text=True, timeout=60, env=env)
