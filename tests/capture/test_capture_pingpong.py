@@ -11,28 +11,15 @@ import uuid
 import pytest
 
 from capture_helpers import simnic_env, report, run_cmd, sigmatrace, sigmatrace_cmd, start_cmd, wait_cmd
+from tests.pingpong_model import recv_wrs_posted
 
 PINGPONG = shutil.which("ibv_rc_pingpong")
-RX_DEPTH = 500  # ibv_rc_pingpong's default receive queue depth
-
 
 
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
-
-
-def recv_wrs_posted(iters: int, depth: int = RX_DEPTH) -> int:
-    """Receive WRs ibv_rc_pingpong posts for `iters` messages: `depth` at start, then a refill to
-    `depth` whenever only one is left (rc_pingpong.c's main loop), one ibv_post_recv call each."""
-    routs = total = depth
-    for _ in range(iters):
-        routs -= 1
-        if routs <= 1:
-            total += depth - routs
-            routs = depth
-    return total
 
 
 def pingpong_args(iters, size, port):

@@ -15,24 +15,12 @@ import time
 import pytest
 
 from .conftest import parse_perfetto
+from tests.pingpong_model import RX_DEPTH, recv_wrs_posted
 
 PINGPONG = shutil.which("ibv_rc_pingpong")
-RX_DEPTH = 500                # ibv_rc_pingpong's default receive queue depth
 ITERS, SIZE = 700, 2048       # more iterations than RX_DEPTH: the receive queue is refilled
 
 pytestmark = pytest.mark.skipif(PINGPONG is None, reason="ibverbs-utils (ibv_rc_pingpong) is not installed")
-
-
-def recv_wrs_posted(iters: int, depth: int = RX_DEPTH) -> int:
-    """Receive WRs rc_pingpong.c posts: `depth` at start, then a refill to `depth` whenever only
-    one is left."""
-    routs = total = depth
-    for _ in range(iters):
-        routs -= 1
-        if routs <= 1:
-            total += depth - routs
-            routs = depth
-    return total
 
 
 def _free_port() -> int:

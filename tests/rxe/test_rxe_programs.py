@@ -13,28 +13,16 @@ import time
 from pathlib import Path
 
 import guest_programs as gp
+from tests.pingpong_model import RX_DEPTH, recv_wrs_posted
 
 # What the tracer must have seen the programs load: Debian 12's rdma-core 44.0.
 LIBIBVERBS = "/usr/lib/x86_64-linux-gnu/libibverbs.so.1.14.44.0"
 RXE_PROVIDER = "/usr/lib/x86_64-linux-gnu/libibverbs/librxe-rdmav34.so"
-RX_DEPTH = 500  # ibv_{rc,ud}_pingpong's default receive queue depth
 
 WC_SEND, WC_WRITE, WC_READ, WC_FETCH_ADD, WC_RECV = 0, 1, 2, 4, 128  # ibv_wc_opcode
 WR_WRITE, WR_SEND, WR_READ, WR_FETCH_ADD = 0, 2, 4, 6  # ibv_wr_opcode
 WC_WR_FLUSH_ERR = 5  # ibv_wc_status
 GRH = 40  # a UD receive buffer starts with the 40-byte GRH
-
-
-def recv_wrs_posted(iters: int, depth: int = RX_DEPTH) -> int:
-    """Receive WRs ibv_{rc,ud}_pingpong post for `iters` messages: `depth` at start, then a refill
-    to `depth` whenever only one is left."""
-    routs = total = depth
-    for _ in range(iters):
-        routs -= 1
-        if routs <= 1:
-            total += depth - routs
-            routs = depth
-    return total
 
 
 def records(rep: dict) -> list[tuple[str, int, int, int, int, int, int]]:
