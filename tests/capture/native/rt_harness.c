@@ -101,11 +101,15 @@ static void *worker(void *arg)
 }
 
 static struct ibv_qp_ex qpx;
+/* The threads share one QP: as rdma-core requires, a batch (wr_start .. wr_complete or
+ * wr_abort) holds the QP's lock, else one thread's wr_flags would leak into another's WR. */
+static pthread_mutex_t qpx_lock = PTHREAD_MUTEX_INITIALIZER;
 
 static void *wr_worker(void *arg)
 {
     struct ibv_sge list[2] = {{.length = 50}, {.length = 60}};
     for (long i = 0; i < calls_per_thread; i++) {
+        pthread_mutex_lock(&qpx_lock);
         ibv_wr_start(&qpx);
         qpx.wr_id = (uint64_t)i;
         qpx.wr_flags = IBV_SEND_SIGNALED;
@@ -120,6 +124,7 @@ static void *wr_worker(void *arg)
         ibv_wr_start(&qpx);
         ibv_wr_rdma_write(&qpx, 9, 0x1000);
         ibv_wr_abort(&qpx);
+        pthread_mutex_unlock(&qpx_lock);
     }
     return NULL;
 }
