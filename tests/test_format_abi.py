@@ -35,7 +35,7 @@ def c_layout(tmp_path_factory):
             lines.append(f'printf("{struct} {name} %zu\\n", offsetof(struct {struct}, {name}));')
     for macro in ["ST_LIVE_FILE_SIZE", "ST_LIVE_QP_OFFSET", "ST_LIVE_REPEATER_OFFSET", "ST_FORMAT_VERSION",
                   "ST_FORMAT_VERSION_RECORDS", "ST_BLOCK_MAGIC", "ST_BLOCK_COLUMNS", "ST_BLOCK_MAX_RECORDS",
-                  "ST_BLOCK_BASES_SIZE", "ST_COL_TS", "ST_COL_KEY", "ST_COL_AUX32"]:
+                  "ST_BLOCK_BASES_SIZE", "ST_COL_TS", "ST_COL_KEY", "ST_COL_AUX32", "ST_REC_TYPE_MAX"]:
         lines.append(f'printf("macro {macro} %zu\\n", (size_t)({macro}));')
     lines.append("return 0; }")
     src = d / "abi.c"
@@ -107,3 +107,27 @@ int main(void) {
         h = np.frombuffer(c_block, fmt.BLOCK_HEADER_DTYPE, 1)[0]
         assert h["size"] == len(c_block) == fmt.block_size(n, h["width"])
         assert decode_block(c_block, n, int(h["first_seq"]), h["width"]).tobytes() == r.tobytes()
+
+
+def _c_list(header: str, macro: str) -> dict[int, str]:
+    """The X(id, name) entries of one X-macro list in a header."""
+    import re
+    text = (ROOT / "native" / "include" / "sigmatrace" / header).read_text()
+    body = text.split(f"#define {macro}(X)", 1)[1].split("\n\n", 1)[0]
+    return {int(i): n for i, n in re.findall(r"X\((\d+), (\w+)\)", body)}
+
+
+def test_layer_tables_match_c():
+    from sigmatrace.trace import layers
+    assert _c_list("layers.h", "ST_UCP_FUNCTIONS") == layers.UCP_FUNCTIONS
+    assert _c_list("layers.h", "ST_UCT_FUNCTIONS") == layers.UCT_FUNCTIONS
+    assert _c_list("layers.h", "ST_LIBFABRIC_FUNCTIONS") == layers.LIBFABRIC_FUNCTIONS
+    assert layers.function_name(layers.Layer.UCT, 1) == "uct_ep_put_short"
+    assert layers.function_name(layers.Layer.LIBFABRIC, 12) == "fi_writemsg"
+    assert layers.function_name(9, 9) == "layer9_fn9"
+    assert layers.wqe_range((1 << 63) | (7 << 16) | 5) == (5, 7)
+    assert layers.wqe_range(5) is None
+
+
+def test_record_type_max_matches_c(c_layout):
+    assert c_layout[("macro", "ST_REC_TYPE_MAX")] == fmt.REC_TYPE_MAX

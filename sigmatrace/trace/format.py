@@ -41,6 +41,11 @@ class RecType(enum.IntEnum):
     CALIB = 12
     CXI_CMD = 13
     POST_SRQ_RECV = 14
+    CALL = 15
+    CALL_END = 16
+
+
+REC_TYPE_MAX = max(RecType) + 1  # ST_REC_TYPE_MAX: one past the last type
 
 
 class RecFlag(enum.IntFlag):
@@ -51,6 +56,7 @@ class RecFlag(enum.IntFlag):
     ERR = 0x10
     TRUNC = 0x20
     CONT = 0x40
+    NESTED = 0x80
 
 
 STREAM_HEADER_DTYPE = np.dtype(

@@ -74,6 +74,9 @@ class Call(enum.IntEnum):
     POST_RECV = 1
     POLL_CQ = 2
     POST_SRQ_RECV = 3
+    UCP = 4
+    UCT = 5
+    LIBFABRIC = 6
 
 
 class RepeaterState(enum.IntEnum):
@@ -90,6 +93,7 @@ class QpFlag(enum.IntFlag):
     GPU_SQ = 1 << 2
     WATCHED = 1 << 3
     PREEXISTING = 1 << 4
+    CPU_SQ = 1 << 5
 
 
 PROVIDER_DTYPE = np.dtype([("name", "S16"), ("state", "<u4"), ("hooks", "<u4"), ("installed_tsc", "<u8")])

@@ -179,7 +179,7 @@ class StreamFile:
     def _validate_decoded(self, recs: np.ndarray, offset_of) -> np.ndarray:
         """Version 2: keep records whose type is known and whose clock values can be; report the
         rest (their seq needs no check: a block's records are consecutive by construction)."""
-        bad_type = (recs["type"] == 0) | (recs["type"] > max(fmt.RecType))
+        bad_type = (recs["type"] == 0) | (recs["type"] >= fmt.REC_TYPE_MAX)
         impossible = impossible_clocks(recs) & ~bad_type
         bad = bad_type | impossible
         if not bad.any():
@@ -201,7 +201,7 @@ class StreamFile:
         A record never written (seq 0, type 0) ends the readable part of a chunk's run; a jump
         in seq is reported once and the stream resynchronises on the new value."""
         seq = recs["seq"].astype(np.int64)
-        bad_type = (recs["type"] == 0) | (recs["type"] >= fmt.RecType.POST_SRQ_RECV + 1)
+        bad_type = (recs["type"] == 0) | (recs["type"] >= fmt.REC_TYPE_MAX)
         unwritten = seq == 0
         impossible = impossible_clocks(recs) & ~(unwritten | bad_type)
         written = ~(bad_type | unwritten)     # a damaged CALIB record still holds its place in seq

@@ -60,6 +60,9 @@ enum st_call {
     ST_CALL_POST_RECV = 1,
     ST_CALL_POLL_CQ = 2,
     ST_CALL_POST_SRQ_RECV = 3,
+    ST_CALL_UCP = 4,       /* hooked calls of each layer above verbs (layers.h) */
+    ST_CALL_UCT = 5,
+    ST_CALL_LIBFABRIC = 6,
 };
 
 enum st_repeater_state {
@@ -76,6 +79,7 @@ enum st_qp_flags {
     ST_QPF_GPU_SQ = 1u << 2,  /* send queue in GPU memory */
     ST_QPF_WATCHED = 1u << 3, /* its doorbells go through a repeater */
     ST_QPF_PREEXISTING = 1u << 4, /* mapped before tracing began (attach mode) */
+    ST_QPF_CPU_SQ = 1u << 5,  /* send queue written by the program's CPU threads (mlx5dv / DevX) */
 };
 
 struct st_live_provider { /* 32 bytes */

@@ -68,7 +68,9 @@ enum st_rec_type {
     ST_REC_CALIB = 12,      /* calibration pair: ts=tsc, addr=CLOCK_MONOTONIC ns, extra=CLOCK_REALTIME ns */
     ST_REC_CXI_CMD = 13,    /* eBPF: one libcxi command at a doorbell (cxi_cq_ring) */
     ST_REC_POST_SRQ_RECV = 14, /* full mode: one per SRQ receive work request */
-    ST_REC_TYPE_MAX = 15,
+    ST_REC_CALL = 15,       /* a call of a layer above verbs begins (layers.h): UCP, UCT, libfabric */
+    ST_REC_CALL_END = 16,   /* ... and returns; what its thread recorded in between is its children */
+    ST_REC_TYPE_MAX = 17,
 };
 
 enum st_rec_flags {
@@ -79,6 +81,7 @@ enum st_rec_flags {
     ST_F_ERR = 0x10,       /* the call returned an error (bad_wr set) */
     ST_F_TRUNC = 0x20,     /* fields were truncated to fit (e.g. more than 255 sges) */
     ST_F_CONT = 0x40,      /* continuation of the previous record (ATOMIC_ARGS, WQE_SEG, ...) */
+    ST_F_NESTED = 0x80,    /* CALL: made while another CALL of this thread was open (its child) */
 };
 
 /* Version 2 body: blocks, one after another.  A block holds `count` consecutive records of the
