@@ -141,6 +141,9 @@ struct st_thread {
     char name[16];
     uint32_t slot;               /* live-block thread slot index, or UINT32_MAX */
     uint32_t ring_cap;           /* allocated ring capacity (kept across sessions) */
+    /* producer side again, used only by the layer hooks (layer_call.h): a line of their own */
+    uint32_t call_number __attribute__((aligned(64))); /* last CALL number given on this thread */
+    uint32_t call_depth;         /* CALLs of this thread now open */
 };
 
 extern __thread struct st_thread *st_tls __attribute__((tls_model("initial-exec")));
