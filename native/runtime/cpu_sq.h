@@ -1,0 +1,26 @@
+/* cpu_sq.h: the send queues a program's CPU threads write themselves (mlx5 direct verbs through
+ * mlx5dv_init_obj, or DevX), as other parts of the runtime may ask about them.
+ *
+ * The queue table is filled on the cold path (the mlx5 provider's hooks); these readers take no
+ * lock and may run on any thread, hot paths included.  A queue's producer index is the one the
+ * program last published in its doorbell record (the send counter, 16 bits used, in 64-byte
+ * basic blocks: the WQE index of FORMAT.md).
+ */
+#ifndef SIGMATRACE_CPU_SQ_H
+#define SIGMATRACE_CPU_SQ_H
+
+#include <stdint.h>
+
+struct cpu_sq_view {
+    uint32_t qpn;
+    uint16_t pi;
+};
+
+/* The producer index of queue `qpn` into *pi: 0, or -1 when `qpn` is not a CPU-written queue
+ * we know.  One table lookup and one load of the doorbell record. */
+int cpu_sq_pi(uint32_t qpn, uint16_t *pi);
+
+/* Up to `max` known queues with their producer indexes now; returns how many were written. */
+int cpu_sq_snapshot(struct cpu_sq_view *out, int max);
+
+#endif
