@@ -2,6 +2,7 @@
 
     model = RunModel.load(["run/node-a", "run/node-b"])  # processes, clocks, QP topology
     model.flow_counts                                    # per QP, records taking part in matching
+    model.calls                                          # per process, calls of UCP/UCT/libfabric
     for p in model.procs:
         for batch in model.batches(p): ...               # events with realtime ns, in chunks
 
@@ -18,6 +19,7 @@ from functools import cached_property
 from typing import Iterator
 
 from ..trace.reader import Problem
+from .calls import CallTable, build_calls
 from .events import Batch, process_batches
 from .flows import FlowCounts, count_flows
 from .progress import SILENT, Progress
@@ -56,6 +58,18 @@ class RunModel:
     def flow_counts(self) -> FlowCounts:
         """Counted on first use (a quick pass over the streams): only flows need them."""
         return count_flows(self.traces, self.topology, self.progress)
+
+    @cached_property
+    def calls(self) -> dict[int, CallTable]:
+        """Per process index, its calls of the layers above verbs, paired and linked
+        (sigmatrace.correlate.calls); processes without any are absent.  Built on first use: a
+        pass over the streams that hold CALL records."""
+        out = {}
+        for p in self.procs:
+            t = build_calls(self.traces, p)
+            if t is not None:
+                out[p.index] = t
+        return out
 
     def batches(self, p: Proc, ordered: bool = False, on_read=None) -> Iterator[Batch]:
         """The process's events in chunks; `ordered`: merged in time order across its streams."""

@@ -22,7 +22,7 @@ from .traceset import Proc
 class Output:
     """One consumer of the correlated stream.  `needs_flows`: whether it wants flow ids (costs a
     quick pass over the streams); `needs_endpoints`: whether it reads `ep` / `peer` of records.
-    Subclasses implement the kinds they use: `host`, `wqes`, `doorbells` (see ..stream)."""
+    Subclasses implement the kinds they use: `calls`, `host`, `wqes`, `doorbells` (see ..stream)."""
 
     name = "output"
     needs_flows = False
@@ -34,10 +34,15 @@ class Output:
     def add(self, part: Correlated) -> None:
         if part.kind == "host":
             self.host(part.proc, part.batch)
+        elif part.kind == "calls":
+            self.calls(part.proc, part.batch)
         elif part.kind == "wqes":
             self.wqes(part.proc, part.batch)
         else:
             self.doorbells(part.proc, part.batch)
+
+    def calls(self, p: Proc, b: Batch) -> None:
+        pass
 
     def host(self, p: Proc, b: Batch) -> None:
         pass

@@ -31,6 +31,7 @@ import numpy as np
 
 from .. import __version__
 from . import format as fmt
+from . import layers as ly
 from . import live as lv
 from .writer import FILE_MODE, StreamWriter, create_live, make_dir, write_json
 
@@ -101,6 +102,13 @@ class Expected:
     lost_bbs: dict = field(default_factory=lambda: defaultdict(int))
     send_times: dict = field(default_factory=lambda: defaultdict(list))   # (pid, qpn) -> true ns of sends
     cxi: dict = field(default_factory=lambda: defaultdict(int))           # (pid, dst fabric address) -> commands
+    calls: dict = field(default_factory=lambda: defaultdict(int))         # (pid, layer, function name) -> calls
+    call_bytes: dict = field(default_factory=lambda: defaultdict(int))    # (pid, layer) -> payload bytes of calls
+    # (pid, tid, aux32) of a call -> (tid, aux32) of its parent call, or None
+    call_parent: dict = field(default_factory=dict)
+    # (pid, tid, aux32) of a call -> its children: verbs records (count) and linked WQEs (count)
+    call_children: dict = field(default_factory=lambda: defaultdict(int))
+    call_wqes: dict = field(default_factory=lambda: defaultdict(int))
 
 
 class _Stream:
@@ -169,6 +177,7 @@ class SynthProcess:
             "completion_errors": 0, "records": 0, "qps": {}})
         self.qp_totals: dict[int, dict] = {}
         self.repeaters: dict[int, dict] = {}
+        self.call_seq: dict[int, int] = defaultdict(int)     # tid -> CALL records' aux32 so far
         self.records_dropped = 0
         self._opened = False
 
@@ -428,6 +437,155 @@ class SynthTrace:
         p.end_ns = max(p.end_ns, int(t[-1]) + 1000) if n else p.end_ns
         return p.end_ns
 
+    # ---- provider layers above verbs (CALL / CALL_END) ---------------------------------------------
+
+    def cpu_queue(self, q: Qp, doorbells: bool = True) -> None:
+        """Make q's send queue one the program's CPU writes itself (UCX rc_mlx5 after
+        mlx5dv_init_obj): its WQEs are recorded by a repeater thread (with DOORBELL records when
+        `doorbells`), its live-block row is flagged CPU_SQ."""
+        p = q.proc
+        rep = 0
+        if rep not in p.repeaters:
+            p.repeaters[rep] = {"tid": p.pid + 100, "doorbells": 0, "uar": 0x7E00_0000_0800}
+            p.threads[p.pid + 100] = "st-repeater0"
+        flags = lv.QpFlag.VERBS | lv.QpFlag.CPU_SQ | (lv.QpFlag.WATCHED if doorbells else 0)
+        p.qp_totals[q.qpn] = {"gpu": -1, "repeater": rep if doorbells else 0xFFFFFFFF, "sq_slots": q.sq_slots,
+                              "remote_qpn": q.peer.qpn, "doorbells": 0, "pi": 0, "wqes": 0, "losses": 0, "bytes": 0,
+                              "ops": np.zeros(lv.MLX5_OPS, np.uint64), "op_bytes": np.zeros(lv.MLX5_OPS, np.uint64),
+                              "flags": int(flags), "cpu_doorbells": doorbells}
+
+    def call(self, p: SynthProcess, tid: int, t_ns: int, layer: int, op: int, *, nested: bool = False,
+             ep: int = 0, size: int = 0, raddr: int = 0, rkey: int = 0, qpn: int = 0) -> int:
+        """A CALL record; returns its aux32 (the call's number on the thread)."""
+        p.call_seq[tid] += 1
+        k = p.call_seq[tid]
+        p.stream(tid).add([t_ns], records(1, type=fmt.RecType.CALL, aux=layer, op=op, extra=ep, len=size, addr=raddr,
+                                          key=rkey & 0xFFFFFFFF, qpn=qpn, aux32=k,
+                                          flags=fmt.RecFlag.NESTED if nested else 0))
+        p.count_records(tid, 1)
+        p.end_ns = max(p.end_ns, int(t_ns) + 1000)
+        return k
+
+    def call_end(self, p: SynthProcess, tid: int, t_ns: int, layer: int, op: int, k: int, *, ret: int = 0,
+                 err: bool = False, qpn: int = 0, dest: int = 0, wqe_range: tuple[int, int] | None = None) -> None:
+        extra = 0
+        if wqe_range is not None:
+            extra = ly.WQE_RANGE_VALID | (wqe_range[0] & 0xFFFF) | ((wqe_range[1] & 0xFFFF) << 16)
+        p.stream(tid).add([t_ns], records(1, type=fmt.RecType.CALL_END, aux=layer, op=op, aux32=k, key=ret & 0xFFFFFFFF,
+                                          qpn=qpn, addr=dest, extra=np.uint64(extra),
+                                          flags=fmt.RecFlag.ERR if err else 0))
+        p.count_records(tid, 1)
+        p.end_ns = max(p.end_ns, int(t_ns) + 1000)
+
+    def ucx_puts(self, q: Qp, n: int, size: int = 64, wqes_per_call: int = 1, start_ns: int | None = None,
+                 period_ns: int = 3000, parse_every: int = 4, ucp: bool = True) -> int:
+        """`n` ucp_put_nbx calls (with `ucp`; else UCT alone) on the caller's thread, each
+        enclosing one uct_ep_put_short on q (a cpu_queue) whose CALL_END names the WQEs it wrote:
+        `wqes_per_call` RDMA_WRITE WQEs of one basic block each, rung by one doorbell, parsed by
+        the repeater every `parse_every` calls."""
+        p = q.proc
+        tot = p.qp_totals[q.qpn]
+        tid = p.main_tid
+        rep_tid = p.repeaters[0]["tid"]
+        rst = p.stream(rep_tid, "st-repeater0")
+        t0 = start_ns if start_ns is not None else p.end_ns + 10_000
+        ep_ucp, ep_uct = 0x5A00_0000 + q.qpn, 0x5B00_0000 + q.qpn
+        raddr = 0x6000_0000_0000 + q.peer.qpn * 0x100000
+        rkey = q.peer.qpn * 16 + 2
+        e = self.expected
+        tt = p.thread_totals[tid]
+        parse_at = []
+        pending: list[tuple[int, int]] = []       # (first WQE index, count) not parsed yet
+        for i in range(n):
+            t = t0 + i * period_ns
+            ku = None
+            if ucp:
+                ku = self.call(p, tid, t, ly.Layer.UCP, 1, ep=ep_ucp, size=size * wqes_per_call, raddr=raddr, rkey=rkey)
+            kt = self.call(p, tid, t + 100, ly.Layer.UCT, 1, nested=ucp, ep=ep_uct, size=size * wqes_per_call,
+                           raddr=raddr, rkey=rkey, qpn=q.qpn)
+            pi0 = q.sq_pi
+            q.sq_pi += wqes_per_call
+            if tot.get("cpu_doorbells", True):
+                raw = int(_bswap32([(q.sq_pi & 0xFFFF) << 8])[0]) | (int(_bswap32([q.qpn << 8])[0]) << 32)
+                rst.add([t + 200], records(1, type=fmt.RecType.DOORBELL, qpn=q.qpn, aux32=q.sq_pi & 0xFFFF,
+                                           len=wqes_per_call, extra=np.uint64(raw), key=0))
+                p.count_records(rep_tid, 1)
+                tot["doorbells"] += 1
+                p.repeaters[0]["doorbells"] += 1
+            self.call_end(p, tid, t + 300, ly.Layer.UCT, 1, kt, qpn=q.qpn, wqe_range=(pi0, q.sq_pi))
+            if ucp:
+                self.call_end(p, tid, t + 400, ly.Layer.UCP, 1, ku)
+                e.calls[(p.pid, "ucp", "ucp_put_nbx")] += 1
+                e.call_bytes[(p.pid, "ucp")] += size * wqes_per_call
+                e.call_parent[(p.pid, tid, ku)] = None
+                tt["calls"][lv.Call.UCP] += 1
+            e.calls[(p.pid, "uct", "uct_ep_put_short")] += 1
+            e.call_bytes[(p.pid, "uct")] += size * wqes_per_call
+            e.call_parent[(p.pid, tid, kt)] = (tid, ku) if ucp else None
+            e.call_wqes[(p.pid, tid, kt)] += wqes_per_call
+            tt["calls"][lv.Call.UCT] += 1
+            pending.append((pi0, wqes_per_call, kt))
+            if len(pending) == parse_every or i == n - 1:
+                t_parse = t + 2000
+                for first, cnt, _ in pending:
+                    w = np.arange(first, first + cnt)
+                    recs = np.zeros(2 * cnt, fmt.RECORD_DTYPE)
+                    recs["type"][0::2] = fmt.RecType.WQE
+                    recs["qpn"] = q.qpn
+                    recs["aux32"][0::2] = w & 0xFFFF
+                    recs["aux32"][1::2] = w & 0xFFFF
+                    recs["op"][0::2] = MLX5_RDMA_WRITE
+                    recs["aux"][0::2] = 3
+                    recs["flags"][0::2] = fmt.RecFlag.SIGNALED
+                    recs["len"][0::2] = size
+                    recs["addr"][0::2] = raddr + w.astype(np.uint64) * size
+                    recs["key"][0::2] = rkey
+                    recs["type"][1::2] = fmt.RecType.WQE_SEG
+                    recs["flags"][1::2] = fmt.RecFlag.CONT
+                    recs["addr"][1::2] = 0x7A00_0000_0000 + w.astype(np.uint64) * size
+                    recs["key"][1::2] = q.qpn * 16 + 1
+                    recs["len"][1::2] = size
+                    rst.add(np.full(2 * cnt, t_parse, np.int64), recs)
+                    p.count_records(rep_tid, 2 * cnt)
+                pending = []
+        total = n * wqes_per_call
+        tot["pi"] = q.sq_pi
+        tot["wqes"] += total
+        tot["bytes"] += total * size
+        tot["ops"][MLX5_RDMA_WRITE] += total
+        tot["op_bytes"][MLX5_RDMA_WRITE] += total * size
+        e.wqes[(p.pid, q.qpn)] += total
+        if tot.get("cpu_doorbells", True):
+            e.doorbells[(p.pid, q.qpn)] += n
+        e.bytes[(p.pid, q.peer.proc.pid)] += total * size
+        e.ops[(p.pid, q.peer.proc.pid)] += total
+        p.end_ns = max(p.end_ns, t0 + n * period_ns + 5000)
+        return p.end_ns
+
+    def fi_writes(self, q: Qp, n: int, size: int = 4096, start_ns: int | None = None, period_ns: int = 3000,
+                  dest: int = 1) -> int:
+        """`n` fi_writemsg calls on q's thread, each enclosing the verbs RDMA write it posted
+        (SEND_WR in full mode, POST_SEND in simple mode), signaled."""
+        p = q.proc
+        tid = q.tid
+        t0 = start_ns if start_ns is not None else p.end_ns + 10_000
+        t = t0 + np.arange(n, dtype=np.int64) * period_ns
+        ep = 0x5C00_0000 + q.qpn
+        raddr = 0x7F00_0000_0000 + q.peer.qpn * 0x10000
+        e = self.expected
+        for i in range(n):
+            k = self.call(p, tid, int(t[i]), ly.Layer.LIBFABRIC, 12, ep=ep, size=size, raddr=raddr,
+                          rkey=q.peer.qpn * 16 + 2, qpn=q.qpn)
+            self.call_end(p, tid, int(t[i]) + 300, ly.Layer.LIBFABRIC, 12, k, qpn=q.qpn, dest=dest)
+            e.call_parent[(p.pid, tid, k)] = None
+            e.call_children[(p.pid, tid, k)] += 1 if p.mode != "aggregate" else 0
+        self._sends(q, t + 100, size, WR_RDMA_WRITE, signaled=True, wr_id=5000 + np.arange(n))
+        e.calls[(p.pid, "libfabric", "fi_writemsg")] += n
+        e.call_bytes[(p.pid, "libfabric")] += n * size
+        p.thread_totals[tid]["calls"][lv.Call.LIBFABRIC] += n
+        p.end_ns = max(p.end_ns, int(t[-1]) + 5000) if n else p.end_ns
+        return p.end_ns
+
     def _wqe_records(self, st: _Stream, q: Qp, w: np.ndarray, t_parse: int, op, ds, nbytes, segs, start_bb, size) -> None:
         """WQE records (each followed by its WQE_SEG and WQE_ATOMIC records) for WQEs `w`."""
         per = segs[w] + 1 + (op[w] == MLX5_ATOMIC_FA)
@@ -636,7 +794,7 @@ class SynthTrace:
         qps = lv._table(mm, lv.QP_OFFSET, lv.QP_SIZE, lv.MAX_QPS, lv.QP_DTYPE)
         for i, (qpn, t) in enumerate(sorted(p.qp_totals.items())):
             qps["qpn"][i] = qpn
-            qps["flags"][i] = int(lv.QpFlag.DEVX | lv.QpFlag.GPU_SQ | lv.QpFlag.WATCHED)
+            qps["flags"][i] = int(t.get("flags", lv.QpFlag.DEVX | lv.QpFlag.GPU_SQ | lv.QpFlag.WATCHED))
             qps["repeater"][i], qps["gpu"][i], qps["sq_slots"][i] = t["repeater"], t["gpu"], t["sq_slots"]
             qps["remote_qpn"][i], qps["doorbells"][i], qps["pi"][i] = t["remote_qpn"], t["doorbells"], t["pi"]
             qps["wqe_pi"][i], qps["wqes"][i], qps["wqe_losses"][i] = t["pi"], t["wqes"], t["losses"]

@@ -1,0 +1,224 @@
+"""Calls of the provider layers above verbs (UCP, UCT, libfabric) and their links (FORMAT.md,
+"Links between layers").
+
+A CALL record opens a call on its thread and the CALL_END with the same `aux32` closes it; a
+CALL flagged NESTED is the child of the call open below it.  Records of the thread between the
+two that are not inside a nested call are the call's children (a verbs SEND_WR inside
+fi_writemsg); WQEs of the QP a UCT call's CALL_END names, with a WQE index in its producer-index
+range, are the WQEs it posted (recorded by a repeater thread, so linked by index, not position).
+
+`CallTable` holds one process's calls, paired, from a quick pass over the streams that hold CALL
+records (the calls are few next to the records they enclose, and a WQE may be read before the
+call that posted it).  It gives each call an id, `tid << 32 | aux32` (unique in its process),
+its parent's id (0: none) and answers two lookups used by the correlated stream:
+`enclosing(tid, seq)` for a thread's records and `poster(qpn, wqe index, ns)` for WQEs.
+
+Damage (a call whose CALL_END never came, a CALL_END without its CALL, a layer or function
+number this version does not know) is reported as a Problem; the call keeps its place
+(`closed` False, `end_ns` -1) and nothing else is lost.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ..errors import TraceFormatError
+from ..trace import format as fmt
+from ..trace import layers as ly
+from ..trace.reader import Problem, StreamFile
+from .traceset import Proc, StreamInfo, TraceSet
+
+RT = fmt.RecType
+CALL_TYPES = (RT.CALL, RT.CALL_END)
+MAX_WQES_PER_CALL = 4096     # a producer-index range wider than this is taken as damage, not linked
+# the verbs records a call can enclose (CXI commands come from the kernel, not the thread)
+CHILD_TYPES = (RT.POST_SEND, RT.SEND_WR, RT.RECV_WR, RT.POST_SRQ_RECV, RT.COMPLETION)
+_IS_CHILD = np.zeros(256, bool)
+_IS_CHILD[list(CHILD_TYPES)] = True
+
+COLUMNS = {"id": np.int64, "tid": np.int32, "aux32": np.uint32, "layer": np.uint8, "op": np.uint16,
+           "ep": np.uint64, "len": np.uint32, "addr": np.uint64, "key": np.uint32, "qpn": np.uint32,
+           "ns": np.int64, "end_ns": np.int64, "ret": np.int32, "err": np.bool_, "closed": np.bool_,
+           "dest": np.uint64, "pi0": np.int32, "pi1": np.int32, "parent": np.int64, "depth": np.uint8}
+
+
+def call_id(tid, aux32) -> np.ndarray:
+    return (np.asarray(tid, np.int64) << np.int64(32)) | np.asarray(aux32, np.int64)
+
+
+def has_calls(p: Proc) -> bool:
+    return any(int(s.type_counts[RT.CALL] + s.type_counts[RT.CALL_END]) for s in p.streams)
+
+
+class CallTable:
+    """One process's calls, in the order of their CALL records per thread (columns: COLUMNS)."""
+
+    def __init__(self, cols: dict[str, np.ndarray], bounds: tuple[np.ndarray, np.ndarray],
+                 wqe_index: tuple[np.ndarray, np.ndarray, int] | None):
+        self.cols = cols
+        self.n = len(cols["id"])
+        self._bkey, self._bid = bounds
+        self._wqe = wqe_index
+
+    def __getitem__(self, name: str) -> np.ndarray:
+        return self.cols[name]
+
+    def enclosing(self, tid: np.ndarray, seq: np.ndarray, types: np.ndarray) -> np.ndarray:
+        """The id of the innermost call open at each record of a thread (0: none); only verbs
+        records (CHILD_TYPES) are linked."""
+        out = np.zeros(len(tid), np.int64)
+        m = _IS_CHILD[types]
+        if not len(self._bkey) or not m.any():
+            return out
+        key = (np.asarray(tid, np.int64)[m] << np.int64(32)) | np.asarray(seq, np.int64)[m]
+        i = np.searchsorted(self._bkey, key, side="left") - 1
+        same = (i >= 0) & ((self._bkey[np.maximum(i, 0)] >> np.int64(32)) == (key >> np.int64(32)))
+        out[m] = np.where(same, self._bid[np.maximum(i, 0)], 0)
+        return out
+
+    def poster(self, qpn: np.ndarray, index: np.ndarray, ns: np.ndarray) -> np.ndarray:
+        """The id of the UCT call that posted each WQE (0: none): of the calls whose range holds
+        the WQE's 16-bit index on its QP, the latest that began before the WQE was recorded."""
+        out = np.zeros(len(qpn), np.int64)
+        if self._wqe is None or not len(qpn):
+            return out
+        comp, ids, starts = self._wqe
+        key = (np.asarray(qpn, np.int64) << np.int64(16)) | (np.asarray(index, np.int64) & 0xFFFF)
+        rank = np.searchsorted(starts, np.asarray(ns, np.int64), side="right")
+        c = key * np.int64(len(starts) + 1) + rank
+        i = np.searchsorted(comp, c, side="right") - 1
+        ok = i >= 0
+        ok[ok] = (comp[i[ok]] // np.int64(len(starts) + 1)) == key[ok]
+        out[ok] = ids[i[ok]]
+        return out
+
+
+def build_calls(traces: TraceSet, p: Proc) -> CallTable | None:
+    """The process's call table, or None when it has no CALL records."""
+    if not has_calls(p):
+        return None
+    rows: dict[str, list] = {k: [] for k in COLUMNS}
+    bkeys: list[int] = []
+    bids: list[int] = []
+    unknown: set[tuple[int, int]] = set()
+    for s in p.streams:
+        if not int(s.type_counts[RT.CALL] + s.type_counts[RT.CALL_END]):
+            continue
+        recs = _call_records(traces, s)
+        if recs is None or not len(recs):
+            continue
+        convert = p.clock.tsc_to_ns if s.clock == fmt.Clock.TSC else p.clock.mono_to_ns
+        ns = convert(recs["ts"])
+        _walk(traces, p, s, recs, ns, rows, bkeys, bids, unknown)
+    for layer, op in sorted(unknown):
+        what = f"unknown layer {layer}" if layer not in ly.FUNCTIONS else f"unknown {ly.Layer(layer).name} function {op}"
+        traces.add_problem(Problem(p.pt.path, None, f"CALL records of {what} (counted as {ly.function_name(layer, op)}; "
+                                                     "a newer sigmatrace may name it)"))
+    cols = {k: np.array(v, dtype=COLUMNS[k]) for k, v in rows.items()}
+    bk = np.array(bkeys, np.int64)
+    order = np.argsort(bk, kind="stable")
+    return CallTable(cols, (bk[order], np.array(bids, np.int64)[order]), _wqe_index(cols))
+
+
+def _call_records(traces: TraceSet, s: StreamInfo) -> np.ndarray | None:
+    parts = []
+    try:
+        sf = StreamFile(s.path)
+        for part in sf.chunks(1 << 18):
+            t = part["type"]
+            m = (t == RT.CALL) | (t == RT.CALL_END)
+            if m.any():
+                parts.append(part[m].copy())
+    except (OSError, TraceFormatError):
+        return None        # the full read reports it
+    return np.concatenate(parts) if parts else None
+
+
+def _walk(traces: TraceSet, p: Proc, s: StreamInfo, recs: np.ndarray, ns: np.ndarray, rows: dict,
+          bkeys: list, bids: list, unknown: set) -> None:
+    """Pair one thread's CALL / CALL_END records with a stack of open calls."""
+    tid = s.tid
+    stack: list[int] = []       # rows of open calls, innermost last
+
+    def problem(what: str) -> None:
+        traces.add_problem(Problem(s.path, None, f"thread {tid}: {what}"))
+
+    def unclosed(j: int, why: str) -> None:
+        name = ly.function_name(rows["layer"][j], rows["op"][j])
+        problem(f"{name} call #{rows['aux32'][j]} has no CALL_END ({why}); kept without its end")
+
+    def mark(seq: int) -> None:
+        bkeys.append((tid << 32) | seq)
+        bids.append(rows["id"][stack[-1]] if stack else 0)
+
+    T, A, O, A32, F, SEQ = (recs[k].tolist() for k in ("type", "aux", "op", "aux32", "flags", "seq"))
+    for i in range(len(recs)):
+        layer, op, k, seq = A[i], O[i], A32[i], SEQ[i]
+        if layer not in ly.FUNCTIONS or op not in ly.FUNCTIONS[layer]:
+            unknown.add((layer, op))
+        if T[i] == RT.CALL:
+            if stack and not F[i] & fmt.RecFlag.NESTED:
+                # a call that is not nested opens while others are open: their ends were lost
+                for j in reversed(stack):
+                    unclosed(j, "a later call of the thread is not nested in it")
+                stack.clear()
+            r = recs[i]
+            rows["id"].append((tid << 32) | k)
+            rows["tid"].append(tid)
+            rows["aux32"].append(k)
+            rows["layer"].append(layer)
+            rows["op"].append(op)
+            rows["ep"].append(int(r["extra"]))
+            rows["len"].append(int(r["len"]))
+            rows["addr"].append(int(r["addr"]))
+            rows["key"].append(int(r["key"]))
+            rows["qpn"].append(int(r["qpn"]))
+            rows["ns"].append(int(ns[i]))
+            for name, v in (("end_ns", -1), ("ret", 0), ("err", False), ("closed", False), ("dest", 0),
+                            ("pi0", -1), ("pi1", -1)):
+                rows[name].append(v)
+            rows["parent"].append(rows["id"][stack[-1]] if stack else 0)
+            rows["depth"].append(min(len(stack), 255))
+            stack.append(len(rows["id"]) - 1)
+            mark(seq)
+            continue
+        pos = next((d for d in range(len(stack) - 1, -1, -1) if rows["aux32"][stack[d]] == k), None)
+        if pos is None:
+            problem(f"CALL_END of {ly.function_name(layer, op)} call #{k} without its CALL; ignored")
+            continue
+        for j in reversed(stack[pos + 1:]):
+            unclosed(j, "its enclosing call returned first")
+        j = stack[pos]
+        del stack[pos:]
+        r = recs[i]
+        rows["end_ns"][j] = int(ns[i])
+        rows["ret"][j] = int(np.int32(np.uint32(r["key"]).view(np.int32)))
+        rows["err"][j] = bool(r["flags"] & fmt.RecFlag.ERR)
+        rows["closed"][j] = True
+        rows["dest"][j] = int(r["addr"])
+        if int(r["qpn"]):
+            rows["qpn"][j] = int(r["qpn"])
+        rng = ly.wqe_range(int(r["extra"]))
+        if rng is not None:
+            rows["pi0"][j], rows["pi1"][j] = rng
+        mark(seq)
+    for j in reversed(stack):
+        unclosed(j, "the thread's records end inside it")
+
+
+def _wqe_index(cols: dict[str, np.ndarray]):
+    """Sorted composite keys (qpn, WQE index, rank of the call's begin) of every WQE index a
+    call's range covers, with the call's id; None when no call names a range."""
+    m = np.flatnonzero(cols["closed"] & (cols["pi0"] >= 0) & (cols["qpn"] != 0))
+    if not len(m):
+        return None
+    pi0 = cols["pi0"][m].astype(np.int64)
+    width = (cols["pi1"][m].astype(np.int64) - pi0) & 0xFFFF
+    m, pi0, width = m[width <= MAX_WQES_PER_CALL], pi0[width <= MAX_WQES_PER_CALL], width[width <= MAX_WQES_PER_CALL]
+    starts = np.unique(cols["ns"][m])
+    rank = np.searchsorted(starts, cols["ns"][m], side="right")
+    owner = np.repeat(np.arange(len(m)), width)
+    off = np.arange(int(width.sum())) - np.repeat(np.cumsum(width) - width, width)
+    key = (cols["qpn"][m][owner].astype(np.int64) << np.int64(16)) | ((pi0[owner] + off) & 0xFFFF)
+    comp = key * np.int64(len(starts) + 1) + rank[owner]
+    order = np.argsort(comp, kind="stable")
+    return comp[order], cols["id"][m][owner][order], starts
