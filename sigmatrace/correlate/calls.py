@@ -53,8 +53,9 @@ class CallTable:
     """One process's calls, in the order of their CALL records per thread (columns: COLUMNS)."""
 
     def __init__(self, cols: dict[str, np.ndarray], bounds: tuple[np.ndarray, np.ndarray],
-                 wqe_index: tuple[np.ndarray, np.ndarray, int] | None):
+                 wqe_index: tuple[np.ndarray, np.ndarray, int] | None, problems: list[Problem] = ()):
         self.cols = cols
+        self.problems = list(problems)     # the damage met pairing (also in the trace set's)
         self.n = len(cols["id"])
         self._bkey, self._bid = bounds
         self._wqe = wqe_index
@@ -97,6 +98,7 @@ def build_calls(traces: TraceSet, p: Proc) -> CallTable | None:
     if not has_calls(p):
         return None
     rows: dict[str, list] = {k: [] for k in COLUMNS}
+    problems: list[Problem] = []
     bkeys: list[int] = []
     bids: list[int] = []
     unknown: set[tuple[int, int]] = set()
@@ -108,15 +110,16 @@ def build_calls(traces: TraceSet, p: Proc) -> CallTable | None:
             continue
         convert = p.clock.tsc_to_ns if s.clock == fmt.Clock.TSC else p.clock.mono_to_ns
         ns = convert(recs["ts"])
-        _walk(traces, p, s, recs, ns, rows, bkeys, bids, unknown)
+        _walk(problems, s, recs, ns, rows, bkeys, bids, unknown)
     for layer, op in sorted(unknown):
         what = f"unknown layer {layer}" if layer not in ly.FUNCTIONS else f"unknown {ly.Layer(layer).name} function {op}"
-        traces.add_problem(Problem(p.pt.path, None, f"CALL records of {what} (counted as {ly.function_name(layer, op)}; "
+        problems.append(Problem(p.pt.path, None, f"CALL records of {what} (counted as {ly.function_name(layer, op)}; "
                                                      "a newer sigmatrace may name it)"))
     cols = {k: np.array(v, dtype=COLUMNS[k]) for k, v in rows.items()}
     bk = np.array(bkeys, np.int64)
     order = np.argsort(bk, kind="stable")
-    return CallTable(cols, (bk[order], np.array(bids, np.int64)[order]), _wqe_index(cols))
+    traces.add_problems(problems)
+    return CallTable(cols, (bk[order], np.array(bids, np.int64)[order]), _wqe_index(cols), problems)
 
 
 def _call_records(traces: TraceSet, s: StreamInfo) -> np.ndarray | None:
@@ -133,14 +136,14 @@ def _call_records(traces: TraceSet, s: StreamInfo) -> np.ndarray | None:
     return np.concatenate(parts) if parts else None
 
 
-def _walk(traces: TraceSet, p: Proc, s: StreamInfo, recs: np.ndarray, ns: np.ndarray, rows: dict,
+def _walk(problems: list, s: StreamInfo, recs: np.ndarray, ns: np.ndarray, rows: dict,
           bkeys: list, bids: list, unknown: set) -> None:
     """Pair one thread's CALL / CALL_END records with a stack of open calls."""
     tid = s.tid
     stack: list[int] = []       # rows of open calls, innermost last
 
     def problem(what: str) -> None:
-        traces.add_problem(Problem(s.path, None, f"thread {tid}: {what}"))
+        problems.append(Problem(s.path, None, f"thread {tid}: {what}"))
 
     def unclosed(j: int, why: str) -> None:
         name = ly.function_name(rows["layer"][j], rows["op"][j])

@@ -9,7 +9,8 @@ sets `USES_MODEL = True` and defines `compute(td, model)` instead: `model` is th
 every command shares (sigmatrace.correlate.model.RunModel), built once for the report, so the
 report pairs QPs exactly as `export`, `sql` and `matrix` do.
 The capture core's section (capture.py) gives calls, ops, bytes, qps, drops, coverage; the
-doorbell work adds doorbells, wqes, wqe_ops, wqe_losses; the cxi work adds cxi_doorbells, cxi_ops.
+doorbell work adds doorbells, wqes, wqe_ops, wqe_losses; the cxi work adds cxi_doorbells, cxi_ops; layers.py
+adds layers (calls, ops and bytes per provider layer).
 """
 from __future__ import annotations
 
@@ -20,7 +21,7 @@ from ..correlate.model import RunModel
 from ..correlate.traceset import TraceSet
 from ..trace.reader import TraceDir
 
-SECTION_MODULES = ["capture", "doorbells", "cxi"]
+SECTION_MODULES = ["capture", "doorbells", "cxi", "layers"]
 
 
 def sections() -> list:

@@ -55,7 +55,8 @@ def _process(p, out: dict) -> None:
         out["modes"].add(mode)
     for q in snap.qps:
         flags = int(q["flags"])
-        if not flags & (lv.QpFlag.DEVX | lv.QpFlag.WATCHED) and not int(q["doorbells"]):
+        # queues written by the program's CPU count as the GPU's do, doorbells seen or not
+        if not flags & (lv.QpFlag.DEVX | lv.QpFlag.WATCHED | lv.QpFlag.CPU_SQ) and not int(q["doorbells"]):
             continue
         out["doorbells"] += int(q["doorbells"])
         out["wqes"] += int(q["wqes"])

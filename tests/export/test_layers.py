@@ -1,0 +1,190 @@
+"""Layers above verbs (UCP, UCT, libfabric): calls paired with their CALL_END, parents, the verbs
+records they enclose and the CPU-posted WQEs they name, and `report --json`'s `layers`; on
+synthetic traces with exactly known content (FORMAT.md, "Links between layers")."""
+import json
+import subprocess
+import sys
+
+import numpy as np
+
+from sigmatrace.correlate.model import RunModel
+from sigmatrace.correlate.stream import CorrelatedStream
+from sigmatrace.report import build_report
+from sigmatrace.trace import format as fmt
+from sigmatrace.trace import layers as ly
+from sigmatrace.trace.reader import TraceDir
+from sigmatrace.trace.synth import SynthTrace
+
+
+def build_layers(root, mode: str = "full", cpu_doorbells: bool = True, n_puts: int = 10, wqes_per_call: int = 2,
+                 n_writes: int = 5, ucp: bool = True):
+    """node-a: UCP puts through UCT on a CPU-written queue (2 WQEs each), fi_writemsg calls
+    enclosing verbs RDMA writes; node-b the peer of both."""
+    t = SynthTrace(seed=3)
+    a = t.process("node-a", 1001, mode=mode)
+    b = t.process("node-b", 2002, mode=mode)
+    qa, qb = t.rc_pair(a, b)
+    t.cpu_queue(qa, doorbells=cpu_doorbells)
+    t.ucx_puts(qa, n_puts, size=64, wqes_per_call=wqes_per_call, ucp=ucp)
+    fa, fb = t.rc_pair(a, b)
+    t.fi_writes(fa, n_writes, size=4096)
+    dirs = t.write(root)
+    t.qa, t.fa = qa, fa
+    return t, dirs
+
+
+def stream_parts(dirs):
+    model = RunModel.load(dirs)
+    parts = [(p.kind, p.proc.pid, p.batch) for p in CorrelatedStream(model, flows=True)]
+    return model, parts
+
+
+def test_calls_paired_with_parents_children_and_wqes(tmp_path):
+    t, dirs = build_layers(tmp_path / "run")
+    model, parts = stream_parts(dirs)
+    assert model.problems == []
+    [calls] = [b for k, pid, b in parts if k == "calls"]
+    assert calls.n == 25                               # 10 UCP + 10 UCT + 5 libfabric
+    assert calls["closed"].all() and not calls["err"].any()
+    tid = 1001
+    ids = calls["id"]
+    assert (ids == (np.int64(tid) << 32 | calls["aux32"].astype(np.int64))).all()
+    layer = calls["layer"]
+    ucp, uct, fi = layer == ly.Layer.UCP, layer == ly.Layer.UCT, layer == ly.Layer.LIBFABRIC
+    assert (ucp.sum(), uct.sum(), fi.sum()) == (10, 10, 5)
+    # each UCT call is the child of the UCP call just before it; UCP and libfabric calls have none
+    assert (calls["parent"][uct] == ids[ucp]).all()
+    assert (calls["parent"][ucp] == 0).all() and (calls["parent"][fi] == 0).all()
+    assert (calls["depth"][uct] == 1).all() and (calls["depth"][ucp] == 0).all()
+    # every call is as the synthetic trace made it
+    for i in np.flatnonzero(ucp | uct | fi).tolist():
+        key = (1001, tid, int(calls["aux32"][i]))
+        par = t.expected.call_parent[key]
+        assert int(calls["parent"][i]) == (0 if par is None else (par[0] << 32 | par[1]))
+    assert (calls["end_ns"] > calls["ns"]).all()
+    assert set(calls["pi1"][uct] - calls["pi0"][uct]) == {2}
+    assert (calls["dest"][fi] == 1).all()
+    # children: each fi_writemsg encloses exactly its SEND_WR; completions come after the call
+    host = [b for k, pid, b in parts if k == "host" and pid == 1001]
+    sends = np.concatenate([b["call"][b["type"] == fmt.RecType.SEND_WR] for b in host])
+    comps = np.concatenate([b["call"][b["type"] == fmt.RecType.COMPLETION] for b in host])
+    assert sorted(sends.tolist()) == sorted(ids[fi].tolist())
+    assert (comps == 0).all() and len(comps) == 5
+    # WQEs: the 20 CPU-posted WQEs, 2 to each UCT call, none to UCP or libfabric calls
+    wqes = [b for k, pid, b in parts if k == "wqes" and pid == 1001]
+    w = np.concatenate([b["call"][b["type"] == fmt.RecType.WQE] for b in wqes])
+    assert len(w) == 20
+    owners, counts = np.unique(w, return_counts=True)
+    assert sorted(owners.tolist()) == sorted(ids[uct].tolist()) and set(counts.tolist()) == {2}
+    # node-b made no calls: no call table, no `call` column
+    assert not any(k == "calls" for k, pid, _ in parts if pid == 2002)
+
+
+def test_wqes_are_linked_without_doorbells_and_across_a_wrap(tmp_path):
+    """A CPU queue read without doorbells (no DOORBELL records), whose 16-bit WQE index wraps:
+    each WQE goes to the latest call whose range holds it."""
+    t = SynthTrace(seed=4)
+    a = t.process("node-a", 1001)
+    b = t.process("node-b", 2002)
+    qa, qb = t.rc_pair(a, b)
+    qa.sq_pi = 65536 - 3                  # the index wraps in the second call
+    t.cpu_queue(qa, doorbells=False)
+    t.ucx_puts(qa, 4, wqes_per_call=2, ucp=False)
+    dirs = t.write(tmp_path / "run")
+    model, parts = stream_parts(dirs)
+    [calls] = [b for k, pid, b in parts if k == "calls"]
+    assert calls["pi0"].tolist() == [65533, 65535, 1, 3] and calls["pi1"].tolist() == [65535, 1, 3, 5]
+    [wq] = [b for k, pid, b in parts if k == "wqes" and pid == 1001]
+    w = wq.take(np.flatnonzero(wq["type"] == fmt.RecType.WQE))
+    assert w["aux32"].tolist() == [65533, 65534, 65535, 0, 1, 2, 3, 4]
+    assert w["call"].tolist() == np.repeat(calls["id"], 2).tolist()
+    rep = build_report(TraceDir(dirs[0]))
+    # WQEs of a CPU-written queue count in wqes / wqe_ops as GPU-posted ones do, doorbells or not
+    assert rep["wqes"] == 8 and rep["wqe_ops"] == {"RDMA_WRITE": 8}
+    assert rep["layers"]["mlx5"]["ops"] == 8 and rep["layers"]["mlx5"]["cpu_wqes"] == 8
+    assert rep["layers"]["ucx"]["ops"] == 4 and rep["layers"]["ucx"]["ucp"]["calls"] == {}
+
+
+def test_report_layers(tmp_path):
+    t, dirs = build_layers(tmp_path / "run")
+    rep = build_report(TraceDir(dirs[0]))
+    L = rep["layers"]
+    assert list(L) == ["ucx", "libfabric", "verbs", "mlx5", "cuda", "cxi"]
+    assert L["ucx"]["calls"] == {"ucp_put_nbx": 10, "uct_ep_put_short": 10}
+    assert (L["ucx"]["ops"], L["ucx"]["bytes"]) == (10, 10 * 128)
+    assert L["ucx"]["ucp"] == {"calls": {"ucp_put_nbx": 10}, "ops": 10, "bytes": 1280, "errors": 0, "unclosed": 0,
+                               "hooked_calls": 10}
+    assert L["ucx"]["uct"]["calls"] == {"uct_ep_put_short": 10} and L["ucx"]["uct"]["hooked_calls"] == 10
+    assert L["libfabric"] == {"calls": {"fi_writemsg": 5}, "ops": 5, "bytes": 5 * 4096, "errors": 0, "unclosed": 0,
+                              "hooked_calls": 5}
+    assert L["verbs"]["calls"]["ibv_post_send"] == 5
+    assert (L["verbs"]["ops"], L["verbs"]["bytes"], L["verbs"]["recv_wrs"]) == (5, 5 * 4096, 0)
+    assert {k: L["mlx5"][k] for k in ("ops", "bytes", "doorbells", "cpu_wqes", "gpu_wqes")} == \
+        {"ops": 20, "bytes": 20 * 64, "doorbells": 10, "cpu_wqes": 20, "gpu_wqes": 0}
+    assert L["cuda"] == {"calls": {}, "ops": 0, "bytes": 0, "substitutions": 0}
+    assert L["cxi"] == {"calls": {}, "ops": 0, "bytes": 0}
+    assert rep["wqes"] == 20 and rep["wqe_ops"] == {"RDMA_WRITE": 20}
+    # the peer made no calls
+    rb = build_report(TraceDir(dirs[1]))["layers"]
+    assert rb["ucx"]["calls"] == {} and rb["libfabric"]["calls"] == {} and rb["mlx5"]["ops"] == 0
+
+
+def test_report_layers_cli_table(tmp_path):
+    t, dirs = build_layers(tmp_path / "run")
+    r = subprocess.run([sys.executable, "-m", "sigmatrace.cli.main", "report", str(dirs[0])],
+                       capture_output=True, text=True, timeout=60, env={"COLUMNS": "200", "PATH": "/usr/bin"})
+    assert r.returncode == 0, r.stderr
+    rows = {line.split()[0]: line.split()[1:4] for line in r.stdout.replace("│", " ").splitlines()
+            if line.split() and line.split()[0] in ("ucx", "ucp", "uct", "libfabric", "mlx5")}
+    assert rows == {"ucx": ["20", "10", "1280"], "ucp": ["10", "10", "1280"], "uct": ["10", "10", "1280"],
+                    "libfabric": ["5", "5", "20480"], "mlx5": ["0", "20", "1280"]}
+    js = json.loads(subprocess.run([sys.executable, "-m", "sigmatrace.cli.main", "report", "--json", str(dirs[0])],
+                                   capture_output=True, text=True, timeout=60).stdout)
+    assert js["layers"]["libfabric"]["calls"] == {"fi_writemsg": 5}
+
+
+def _damage(t: SynthTrace, p, tid: int, t0: int) -> None:
+    """On p's thread: a UCP call whose CALL_END is lost, then an unknown function of UCT and an
+    unknown layer, a CALL_END without its CALL, and a last call the trace ends inside."""
+    k = t.call(p, tid, t0, ly.Layer.UCP, 1, size=10)                 # never ends
+    k2 = t.call(p, tid, t0 + 1000, ly.Layer.UCT, 99, size=20)        # not nested: k's end was lost
+    t.call_end(p, tid, t0 + 1100, ly.Layer.UCT, 99, k2)
+    k3 = t.call(p, tid, t0 + 2000, 7, 3, size=30)
+    t.call_end(p, tid, t0 + 2100, 7, 3, k3)
+    t.call_end(p, tid, t0 + 3000, ly.Layer.LIBFABRIC, 1, 777)         # no CALL 777
+    t.call(p, tid, t0 + 4000, ly.Layer.LIBFABRIC, 1, size=40)        # the trace ends inside it
+
+
+def test_damaged_calls_are_reported_and_lose_nothing_else(tmp_path):
+    t = SynthTrace(seed=5)
+    a = t.process("node-a", 1001)
+    b = t.process("node-b", 2002)
+    fa, fb = t.rc_pair(a, b)
+    t.fi_writes(fa, 3)
+    _damage(t, a, a.main_tid, a.end_ns + 10_000)
+    dirs = t.write(tmp_path / "run")
+    model, parts = stream_parts(dirs)
+    [calls] = [b for k, pid, b in parts if k == "calls"]
+    assert calls.n == 3 + 4
+    assert calls["closed"].tolist() == [True] * 3 + [False, True, True, False]
+    assert (calls["end_ns"][~calls["closed"]] == -1).all()
+    probs = [str(p) for p in model.problems]
+    assert len(probs) == 5, probs
+    assert any("ucp_put_nbx call #4 has no CALL_END (a later call of the thread is not nested in it)" in p for p in probs)
+    assert any("fi_send call #7 has no CALL_END (the thread's records end inside it)" in p for p in probs)
+    assert any("CALL_END of fi_send call #777 without its CALL; ignored" in p for p in probs)
+    assert any("unknown UCT function 99 (counted as uct_ep_layer2_fn99" in p or "counted as layer2_fn99" in p
+               for p in probs)
+    assert any("unknown layer 7 (counted as layer7_fn3" in p for p in probs)
+    # the three good calls keep their children
+    host = [b for k, pid, b in parts if k == "host" and pid == 1001]
+    sends = np.concatenate([b["call"][b["type"] == fmt.RecType.SEND_WR] for b in host])
+    assert sorted(sends.tolist()) == sorted(calls["id"][:3].tolist())
+    rep = build_report(TraceDir(dirs[0]))
+    L = rep["layers"]
+    assert L["libfabric"]["calls"] == {"fi_send": 1, "fi_writemsg": 3}
+    assert (L["libfabric"]["ops"], L["libfabric"]["unclosed"]) == (4, 1)
+    assert L["ucx"]["ucp"]["calls"] == {"ucp_put_nbx": 1} and L["ucx"]["ucp"]["unclosed"] == 1
+    assert L["ucx"]["uct"]["calls"] == {"layer2_fn99": 1}
+    assert L["layer7"]["calls"] == {"layer7_fn3": 1}
+    assert len(rep["problems"]) == 5
