@@ -33,6 +33,7 @@ from ..correlate.output import Output
 from ..correlate.traceset import Proc
 from ..decode import names as N
 from ..trace import format as fmt
+from ..trace import layers as ly
 from ..trace.reader import Problem
 from .outfile import OutputError, open_output, output_dir, output_error, write_json_output
 
@@ -44,14 +45,22 @@ LAYOUT = "hive-node-rank"              # in the marker: what DIR holds
 NULL_PARTITION = "__HIVE_DEFAULT_PARTITION__"   # Hive's name for a null value (a process without a rank)
 _PART_FILE = re.compile(r"part-[A-Za-z0-9._-]+\.parquet")
 
-KINDS = ["post_send", "send_wr", "recv_wr", "srq_recv_wr", "completion", "wqe", "wqe_loss", "cxi_cmd"]
+KINDS = ["post_send", "send_wr", "recv_wr", "srq_recv_wr", "completion", "wqe", "wqe_loss", "cxi_cmd", "call"]
+KIND_CALL = 8
 _KIND_OF_TYPE = np.full(256, -1, np.int8)
 for _t, _k in ((RT.POST_SEND, 0), (RT.SEND_WR, 1), (RT.RECV_WR, 2), (RT.POST_SRQ_RECV, 3), (RT.COMPLETION, 4),
                (RT.WQE, 5), (RT.WQE_LOSS, 6), (RT.CXI_CMD, 7)):
     _KIND_OF_TYPE[_t] = _k
+# the `layer` column: each kind's layer; calls: their own (ucx for UCP and UCT)
+LAYER_NAMES = ["verbs", "mlx5", "cxi", "ucx", "libfabric", "unknown"]
+_LAYER_OF_KIND = np.array([0, 0, 0, 0, 0, 1, 1, 2], np.int8)
+_LAYER_OF_CALL = np.full(256, 5, np.int8)
+_LAYER_OF_CALL[[ly.Layer.UCP, ly.Layer.UCT]] = 3
+_LAYER_OF_CALL[ly.Layer.LIBFABRIC] = 4
 # operation names: a block of 256 per code table; each kind reads its own block
 _OP_TABLES = [N.IBV_WR, N.IBV_WC_OPCODE, N.MLX5_OPCODE, N.CXI_DMA_OPCODE]
 OP_NAMES = [N.name(t, c) for t in _OP_TABLES for c in range(256)] + ["RECV", "WQE_LOSS"]
+OP_CALL_BASE = len(OP_NAMES)       # calls: their function names follow (ParquetOutput.begin)
 _OP_BLOCK_OF_KIND = np.array([0, 0, -1, -1, 256, 512, -2, 768], np.int64)
 OP_RECV, OP_LOSS = 1024, 1025
 STATUS_NAMES = [N.name(N.IBV_WC_STATUS, c) for c in range(256)]
@@ -87,6 +96,8 @@ OPS_SCHEMA = pa.schema([
     ("remote_addr", pa.uint64()), ("rkey", pa.uint32()), ("local_addr", pa.uint64()), ("lkey", pa.uint32()),
     ("imm", pa.uint32()), ("src_qp", pa.uint32()), ("sge", pa.uint16()),
     ("doorbell_ns", pa.int64()), ("wqe_index", pa.uint32()),
+    ("layer", pa.dictionary(pa.int8(), pa.string())), ("call_id", pa.int64()), ("parent_call_id", pa.int64()),
+    ("end_ns", pa.int64()), ("ret", pa.int32()),
 ])
 
 DOORBELLS_SCHEMA = pa.schema([
@@ -99,7 +110,7 @@ DOORBELLS_SCHEMA = pa.schema([
 
 # Dictionary encoding for the string columns (their values repeat); plain for numbers, which is
 # cheapest to write.  Statistics on the timestamp, so queries on a time range skip row groups.
-_DICT_COLUMNS = ["host", "kind", "op", "status"]
+_DICT_COLUMNS = ["host", "kind", "op", "status", "layer"]
 _STATS_COLUMNS = ["ts_ns"]
 # Wide numbers that vary row to row write fastest (and compress best) split by byte
 # (BYTE_STREAM_SPLIT; readers: Arrow >= 16, DuckDB >= 1.1)
@@ -127,7 +138,13 @@ class ParquetOutput(Output):
         self.host_dict = pa.array(self.hosts, pa.string())
         self.host_idx = {h: i for i, h in enumerate(self.hosts)}
         self.kind_dict = pa.array(KINDS, pa.string())
-        self.op_dict = pa.array(OP_NAMES, pa.string())
+        # calls' function names: every known one, and any other a trace's calls hold
+        pairs = {(int(la), int(fn)) for la, fns in ly.FUNCTIONS.items() for fn in fns}
+        for t in model.calls.values():
+            pairs |= set(zip(t["layer"].tolist(), t["op"].tolist()))
+        self.call_op = {pair: OP_CALL_BASE + i for i, pair in enumerate(sorted(pairs))}
+        self.op_dict = pa.array(OP_NAMES + [ly.function_name(*pair) for pair in sorted(pairs)], pa.string())
+        self.layer_dict = pa.array(LAYER_NAMES, pa.string())
         self.status_dict = pa.array(STATUS_NAMES, pa.string())
         self.part_names = _part_names(model.procs)
         self.partitions: dict[str, dict[str, int]] = {t: {} for t in PARTITIONED}   # file -> rows
@@ -180,6 +197,31 @@ class ParquetOutput(Output):
         self.partitions[table][self.part_names[p.index]] += t.num_rows
         self.pending[table] = []
         self.pending_rows[table] = 0
+
+    def calls(self, p: Proc, b: Batch) -> None:
+        """One ops row per call (kind `call`): its begin, end, return value, parent."""
+        n = b.n
+        op = np.array([self.call_op[(la, fn)] for la, fn in zip(b["layer"].tolist(), b["op"].tolist())], np.int16)
+        flags = np.where(b["err"], fmt.RecFlag.ERR, 0) | np.where(b["parent"] != 0, fmt.RecFlag.NESTED, 0)
+        zero32, zero64 = np.zeros(n, np.uint32), np.zeros(n, np.uint64)
+        cols = {
+            "host": _dict(pa.array(np.full(n, self.host_idx[p.host], np.int32)), self.host_dict),
+            "pid": pa.array(np.full(n, p.pid, np.int32)), "tid": pa.array(b["tid"].astype(np.int32)),
+            "ts_ns": pa.array(b["ns"]), "kind": _dict(pa.array(np.full(n, KIND_CALL, np.int8)), self.kind_dict),
+            "op": _dict(pa.array(op), self.op_dict), "qpn": pa.array(b["qpn"]), "bytes": pa.array(b["len"]),
+            "wrs": pa.array(np.ones(n, np.uint32)), "flags": pa.array(flags.astype(np.uint8)),
+            "status": _dict(pa.array(np.zeros(n, np.int16), mask=np.ones(n, bool)), self.status_dict),
+            "wr_id": pa.array(zero64), "remote_addr": pa.array(b["addr"]), "rkey": pa.array(b["key"]),
+            "local_addr": pa.array(zero64), "lkey": pa.array(zero32), "imm": pa.array(zero32),
+            "src_qp": pa.array(zero32), "sge": pa.array(np.zeros(n, np.uint16)),
+            "doorbell_ns": pa.nulls(n, pa.int64()), "wqe_index": pa.array(zero32),
+            "layer": _dict(pa.array(_LAYER_OF_CALL[b["layer"]]), self.layer_dict),
+            "call_id": pa.array(b["id"]),
+            "parent_call_id": pa.array(b["parent"], mask=b["parent"] == 0),
+            "end_ns": pa.array(b["end_ns"], mask=~b["closed"]),
+            "ret": pa.array(b["ret"], mask=~b["closed"]),
+        }
+        self._append("ops", OPS_SCHEMA, pa.RecordBatch.from_arrays([cols[f.name] for f in OPS_SCHEMA], schema=OPS_SCHEMA), p)
 
     def host(self, p: Proc, b: Batch) -> None:
         self._ops(p, b, b["ns"], None)
@@ -236,6 +278,12 @@ class ParquetOutput(Output):
         else:
             cols["doorbell_ns"] = pa.array(b["db_ns"], mask=~has_db)
             cols["wqe_index"] = pa.array(aux32)
+        cols["layer"] = _dict(pa.array(_LAYER_OF_KIND[kind]), self.layer_dict)
+        call = b["call"].astype(np.int64) if b.has("call") else np.zeros(n, np.int64)
+        cols["call_id"] = pa.array(call, mask=call == 0)
+        cols["parent_call_id"] = pa.nulls(n, pa.int64())
+        cols["end_ns"] = pa.nulls(n, pa.int64())
+        cols["ret"] = pa.nulls(n, pa.int32())
         self._append("ops", OPS_SCHEMA, pa.RecordBatch.from_arrays([cols[f.name] for f in OPS_SCHEMA], schema=OPS_SCHEMA), p)
 
     def doorbells(self, p: Proc, b: Batch) -> None:

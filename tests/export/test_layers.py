@@ -2,6 +2,7 @@
 records they enclose and the CPU-posted WQEs they name, and `report --json`'s `layers`; on
 synthetic traces with exactly known content (FORMAT.md, "Links between layers")."""
 import json
+import os
 import subprocess
 import sys
 
@@ -188,3 +189,39 @@ def test_damaged_calls_are_reported_and_lose_nothing_else(tmp_path):
     assert L["ucx"]["uct"]["calls"] == {"layer2_fn99": 1}
     assert L["layer7"]["calls"] == {"layer7_fn3": 1}
     assert len(rep["problems"]) == 5
+
+
+def _sql(tmp_path, dirs, query):
+    env = dict(os.environ, XDG_CACHE_HOME=str(tmp_path / "cache"))
+    r = subprocess.run([sys.executable, "-m", "sigmatrace.cli.main", "sql", *map(str, dirs), query, "--format", "json"],
+                       capture_output=True, text=True, timeout=120, env=env)
+    assert r.returncode == 0, r.stderr
+    return json.loads(r.stdout)
+
+
+def test_sql_layer_and_link_columns(tmp_path):
+    t, dirs = build_layers(tmp_path / "run")
+    got = _sql(tmp_path, dirs, "SELECT layer, kind, op, count(*) AS n, count(call_id) AS linked, "
+                               "count(parent_call_id) AS nested, count(end_ns) AS ended FROM ops "
+                               "WHERE host = 'node-a' GROUP BY ALL ORDER BY ALL")
+    assert [tuple(r.values()) for r in got] == [
+        ("libfabric", "call", "fi_writemsg", 5, 5, 0, 5),
+        ("mlx5", "wqe", "RDMA_WRITE", 20, 20, 0, 0),
+        ("ucx", "call", "ucp_put_nbx", 10, 10, 0, 10),
+        ("ucx", "call", "uct_ep_put_short", 10, 10, 10, 10),
+        ("verbs", "completion", "RDMA_WRITE", 5, 0, 0, 0),
+        ("verbs", "send_wr", "RDMA_WRITE", 5, 5, 0, 0),
+    ]
+    # one operation across layers: each UCP put -> its UCT call -> its 2 WQEs
+    chain = _sql(tmp_path, dirs,
+                 "SELECT p.call_id AS ucp, count(DISTINCT c.call_id) AS uct, count(w.ts_ns) AS wqes, "
+                 "sum(w.bytes) AS bytes FROM ops p JOIN ops c ON c.parent_call_id = p.call_id AND c.pid = p.pid "
+                 "JOIN ops w ON w.call_id = c.call_id AND w.pid = c.pid AND w.kind = 'wqe' "
+                 "WHERE p.op = 'ucp_put_nbx' GROUP BY ALL")
+    assert len(chain) == 10 and all((r["uct"], r["wqes"], r["bytes"]) == (1, 2, 128) for r in chain)
+    # each fi_writemsg -> the verbs RDMA write it posted, inside the call's span
+    fi = _sql(tmp_path, dirs, "SELECT count(*) AS n FROM ops f JOIN ops v ON v.call_id = f.call_id AND v.pid = f.pid "
+                              "AND v.kind = 'send_wr' WHERE f.op = 'fi_writemsg' AND v.ts_ns BETWEEN f.ts_ns AND f.end_ns")
+    assert fi == [{"n": 5}]
+    # node-b, the target of the writes and puts, posted nothing: no rows
+    assert _sql(tmp_path, dirs, "SELECT DISTINCT layer FROM ops WHERE host = 'node-b'") == []
