@@ -19,6 +19,8 @@ number this version does not know) is reported as a Problem; the call keeps its 
 """
 from __future__ import annotations
 
+from collections import Counter
+
 import numpy as np
 
 from ..errors import TraceFormatError
@@ -39,6 +41,43 @@ COLUMNS = {"id": np.int64, "tid": np.int32, "aux32": np.uint32, "layer": np.uint
            "ep": np.uint64, "len": np.uint32, "addr": np.uint64, "key": np.uint32, "qpn": np.uint32,
            "ns": np.int64, "end_ns": np.int64, "ret": np.int32, "err": np.bool_, "closed": np.bool_,
            "dest": np.uint64, "pi0": np.int32, "pi1": np.int32, "parent": np.int64, "depth": np.uint8}
+
+
+# functions that move no data: calls, never operations
+NOT_OPS = {(ly.Layer.UCP, 12), (ly.Layer.UCP, 13), (ly.Layer.UCT, 20), (ly.Layer.UCT, 21)}
+SUBLAYERS = {ly.Layer.UCP: "ucp", ly.Layer.UCT: "uct", ly.Layer.LIBFABRIC: "libfabric"}
+
+
+def new_counts() -> dict:
+    return {"calls": Counter(), "ops": 0, "bytes": 0, "errors": 0, "unclosed": 0}
+
+
+def count_calls(t, acc: dict) -> None:
+    """Add calls (a CallTable or a `calls` batch) to `acc`: per layer (`ucp`, `uct`,
+    `libfabric`, `layer<N>` for one this version does not know) the calls by function name,
+    the operations (calls of data functions, NOT_OPS aside, that returned no error) and their
+    payload bytes, the calls that failed and those without a CALL_END."""
+    layer, op, err, closed, size = (t[k] for k in ("layer", "op", "err", "closed", "len"))
+    for la in np.unique(layer).tolist():
+        d = acc.setdefault(SUBLAYERS.get(la, f"layer{la}"), new_counts())
+        m = layer == la
+        fns, cnt = np.unique(op[m], return_counts=True)
+        for fn, c in zip(fns.tolist(), cnt.tolist()):
+            d["calls"][ly.function_name(la, fn)] += c
+        data = m & ~err & ~np.isin(op, [fn for (l2, fn) in NOT_OPS if l2 == la])
+        d["ops"] += int(data.sum())
+        d["bytes"] += int(size[data].astype(np.int64).sum())
+        d["errors"] += int((m & err).sum())
+        d["unclosed"] += int((m & ~closed).sum())
+
+
+def function_pairs(tables) -> list[tuple[int, int]]:
+    """(layer, function) of every known function and of any other the call tables hold, sorted:
+    the names an export interns."""
+    pairs = {(int(la), int(fn)) for la, fns in ly.FUNCTIONS.items() for fn in fns}
+    for t in tables:
+        pairs |= set(zip(t["layer"].tolist(), t["op"].tolist()))
+    return sorted(pairs)
 
 
 def call_id(tid, aux32) -> np.ndarray:

@@ -13,6 +13,7 @@ import numpy as np
 from ..decode import names as N
 from ..trace import format as fmt
 from . import ops as O
+from .calls import count_calls
 from .model import RunModel
 from .output import Output, write
 
@@ -32,9 +33,13 @@ class Volume(Output):
         self.completion_errors: dict[int, int] = defaultdict(int)
         self.events = 0
         self.type_counts = np.zeros(256, np.int64)
+        self.calls_by_layer: dict[str, dict] = {}                 # ucp / uct / libfabric -> counts (calls.count_calls)
 
     def begin(self, model: RunModel) -> None:
         self.model = model
+
+    def calls(self, p, b) -> None:
+        count_calls(b, self.calls_by_layer)
 
     def host(self, p, b) -> None:
         self._count(b)
@@ -132,6 +137,24 @@ class Volume(Output):
                     acc[1] += int(row["wqe_op_bytes"][opc])
 
     # ---- views ---------------------------------------------------------------------------------
+
+    def per_layer(self) -> dict[str, dict]:
+        """`ucx` (with `ucp` / `uct`), `libfabric`: calls by function, ops, bytes (report's
+        definitions, docs/layers.md); `verbs`, `mlx5`, `cxi`: the ops and bytes counted here."""
+        sub = {k: {"calls": dict(sorted(v["calls"].items())), **{x: v[x] for x in ("ops", "bytes", "errors", "unclosed")}}
+               for k, v in self.calls_by_layer.items()}
+        empty = {"calls": {}, "ops": 0, "bytes": 0, "errors": 0, "unclosed": 0}
+        ucp, uct = sub.get("ucp", empty), sub.get("uct", empty)
+        main = ucp if ucp["calls"] else uct
+        out = {"ucx": {"calls": dict(sorted({**ucp["calls"], **uct["calls"]}.items())), "ops": main["ops"],
+                       "bytes": main["bytes"], "ucp": ucp, "uct": uct},
+               "libfabric": sub.get("libfabric", empty)}
+        # aggregate mode's live totals (FAMILY_LIVE) are verbs work requests
+        for fams, name in (((O.FAMILY_VERBS, O.FAMILY_LIVE), "verbs"), ((O.FAMILY_MLX5,), "mlx5"), ((O.FAMILY_CXI,), "cxi")):
+            rows = [v for (e, f, _), v in self.volume.items() if f in fams]
+            out[name] = {"ops": sum(v[0] for v in rows), "bytes": sum(v[1] for v in rows)}
+        out.update({k: v for k, v in sub.items() if k.startswith("layer")})
+        return out
 
     def per_endpoint(self) -> dict[int, dict]:
         """Per endpoint: ops and bytes sent (by opcode name), first and last time."""

@@ -100,6 +100,7 @@ def document(model: RunModel, vol: Volume, problems: list[Problem]) -> dict:
         "qps": qps,
         "gpus": sorted(gpus.values(), key=lambda g: (g["host"], g["pid"], g["gpu"])),
         "cxi": cxi,
+        "layers": vol.per_layer(),
         "matrices": {level: build(model, level, vol).to_json() for level in LEVELS},
         "problems": [str(pr) for pr in problems],
     }

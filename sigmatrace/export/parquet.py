@@ -27,6 +27,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from .. import __version__
+from ..correlate.calls import function_pairs
 from ..correlate.events import Batch
 from ..correlate.model import RunModel
 from ..correlate.output import Output
@@ -139,11 +140,9 @@ class ParquetOutput(Output):
         self.host_idx = {h: i for i, h in enumerate(self.hosts)}
         self.kind_dict = pa.array(KINDS, pa.string())
         # calls' function names: every known one, and any other a trace's calls hold
-        pairs = {(int(la), int(fn)) for la, fns in ly.FUNCTIONS.items() for fn in fns}
-        for t in model.calls.values():
-            pairs |= set(zip(t["layer"].tolist(), t["op"].tolist()))
-        self.call_op = {pair: OP_CALL_BASE + i for i, pair in enumerate(sorted(pairs))}
-        self.op_dict = pa.array(OP_NAMES + [ly.function_name(*pair) for pair in sorted(pairs)], pa.string())
+        pairs = function_pairs(model.calls.values())
+        self.call_op = {pair: OP_CALL_BASE + i for i, pair in enumerate(pairs)}
+        self.op_dict = pa.array(OP_NAMES + [ly.function_name(*pair) for pair in pairs], pa.string())
         self.layer_dict = pa.array(LAYER_NAMES, pa.string())
         self.status_dict = pa.array(STATUS_NAMES, pa.string())
         self.part_names = _part_names(model.procs)

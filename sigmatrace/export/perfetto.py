@@ -3,9 +3,12 @@
 Layout of the timeline:
   process "host:pid exe"                 one per traced process (pids that collide across nodes
     thread tracks                        are renumbered; the name keeps the real one)
+      ucp_* / uct_ep_* / fi_*            calls of the layers above verbs: slices from CALL to
+                                         CALL_END, nested (a UCP call holds its UCT call)
       ibv_post_send / ibv_post_recv / ibv_post_srq_recv / ibv_poll_cq
                                          host calls, zero-length slices at their entry time,
-                                         the record's fields as arguments
+                                         the record's fields as arguments (inside the call
+                                         that made them)
     GPU n                                a group per GPU, holding the tracks of its QPs
       QP 0x.. RC -> host:pid qp 0x..     doorbells (with their WQEs' opcode, bytes, remote
                                          address) and WQEs (at their doorbell's time)
@@ -13,7 +16,8 @@ Layout of the timeline:
     CXI CQ n                             libcxi commands
     posted bytes/s                       counter track of host-posted volume
 Flows connect each receive-consuming send to the peer's receive completion and each signaled
-work request to its completion, across processes and trace directories.  Timestamps are
+work request to its completion, across processes and trace directories, and each UCT call to
+the CPU-posted WQEs it wrote.  Timestamps are
 CLOCK_REALTIME ns, the common base of all nodes.
 
 Hot packets (every record) are encoded column-wise by protoenc; descriptors, cold-path events
@@ -29,6 +33,7 @@ import numpy as np
 from perfetto.protos.perfetto.trace import perfetto_trace_pb2 as pb
 
 from ..correlate import ops as O
+from ..correlate.calls import MAX_WQES_PER_CALL, function_pairs
 from ..correlate.events import Batch
 from ..correlate.matrix import physical_gpu
 from ..correlate.model import RunModel
@@ -36,27 +41,30 @@ from ..correlate.output import Output
 from ..correlate.traceset import Proc
 from ..decode import names as N
 from ..trace import format as fmt
+from ..trace import layers as ly
 from ..trace.reader import Problem
 from . import protoenc as pe
 from .outfile import open_output
 
 RT = fmt.RecType
 HOT_SEQ, COLD_SEQ = 1, 2
-INSTANT, COUNTER = 3, 4
+SLICE_BEGIN, SLICE_END, INSTANT, COUNTER = 1, 2, 3, 4
 SEQ_CLEARED, SEQ_NEEDS = 1, 2
 
 # interned event names
 EV_POST_SEND, EV_POST_RECV, EV_POST_SRQ_RECV, EV_POLL_CQ, EV_DOORBELL, EV_WQE_LOSS = 1, 2, 3, 4, 5, 6
 EV_NAMES = {EV_POST_SEND: "ibv_post_send", EV_POST_RECV: "ibv_post_recv", EV_POST_SRQ_RECV: "ibv_post_srq_recv",
             EV_POLL_CQ: "ibv_poll_cq", EV_DOORBELL: "doorbell", EV_WQE_LOSS: "wqe_loss"}
-EV_MLX5_BASE, EV_CXI_BASE = 64, 64 + 256
+EV_MLX5_BASE, EV_CXI_BASE, EV_CALL_BASE = 64, 64 + 256, 64 + 512
+LINK_FLOW = np.uint64(1 << 63)    # flow ids of call -> WQE links (the others stay below 2^63)
 
 # interned debug-annotation names
 ARG_NAMES = ["qpn", "op", "wrs", "bytes", "remote_addr", "rkey", "wr_id", "flags", "peer", "sge", "imm",
              "remote_qpn", "compare_add", "swap", "addr", "lkey", "srq", "opcode", "status", "src_qp",
              "pi", "bbs", "wqes", "lost_bbs", "repeater", "raw", "wqe_index", "ds", "opmod", "segments",
              "local_addr", "parse_delay_ns", "first_index", "cq", "cmd_type", "dst_nid", "dst_ep",
-             "remote_offset", "write_pointer", "site", "doorbell_pi", "inline"]
+             "remote_offset", "write_pointer", "site", "doorbell_pi", "inline", "call_id", "endpoint", "ret",
+             "wqe_range", "dest"]
 ARG = {name: i + 1 for i, name in enumerate(ARG_NAMES)}
 
 # interned string values: one block of 256 per code table, then endpoint labels
@@ -100,6 +108,9 @@ class PerfettoOutput(Output):
         self.bin_ns = max(1000, -(-(self.t1 - self.t0) // self.counter_bins))
         self.nbins = (self.t1 - self.t0) // self.bin_ns + 1
         self.counters: dict[tuple[int, int, int], np.ndarray] = {}
+        self.call_names = {pair: EV_CALL_BASE + i for i, pair in enumerate(function_pairs(model.calls.values()))}
+        self.call_rows: dict[int, tuple[np.ndarray, np.ndarray]] = {}    # proc -> (sorted call ids, rows)
+        self.link_state: dict = {}
         snap = pb.TracePacket()
         snap.timestamp = self.t0
         snap.trusted_packet_sequence_id = COLD_SEQ
@@ -123,6 +134,8 @@ class PerfettoOutput(Output):
         for code in range(256):
             d.event_names.add(iid=EV_MLX5_BASE + code, name=N.name(N.MLX5_OPCODE, code))
             d.event_names.add(iid=EV_CXI_BASE + code, name="cxi " + N.name(N.CXI_DMA_OPCODE, code))
+        for pair, iid in self.call_names.items():
+            d.event_names.add(iid=iid, name=ly.function_name(*pair))
         for name, iid in ARG.items():
             d.debug_annotation_names.add(iid=iid, name=name)
         for t, table in enumerate(STR_TABLES):
@@ -222,6 +235,64 @@ class PerfettoOutput(Output):
 
     # ---- hot events --------------------------------------------------------------------------
 
+    def calls(self, p: Proc, b: Batch) -> None:
+        """Calls as slices on their thread's track (CALL to CALL_END; one without its end is an
+        instant); a UCT call's slice starts one flow per WQE index of its range, ended by the
+        WQEs it wrote (`wqes`)."""
+        order = np.argsort(b["id"], kind="stable")
+        self.call_rows[p.index] = (b["id"][order], order.astype(np.int64))
+        track = self._tracks(self._describe_thread, p, b["tid"])
+        name = np.array([self.call_names[(la, fn)] for la, fn in zip(b["layer"].tolist(), b["op"].tolist())], np.int64)
+        closed = b["closed"]
+        ranged = b["pi0"] >= 0
+        args = [("call_id", b["id"]), ("endpoint", b["ep"], b["ep"] != 0), ("qpn", b["qpn"], b["qpn"] != 0),
+                ("bytes", b["len"]), ("remote_addr", b["addr"], b["addr"] != 0), ("rkey", b["key"], b["key"] != 0),
+                ("wqe_range", (b["pi0"].astype(np.int64) << 16) | np.maximum(b["pi1"], 0), ranged)]
+        width = np.where(ranged & closed, (b["pi1"].astype(np.int64) - b["pi0"]) & 0xFFFF, 0)
+        width = np.where(width <= MAX_WQES_PER_CALL, width, 0)
+        rows = np.arange(b.n, dtype=np.uint64)
+        links = [self._link(p.index, rows, np.full(b.n, k, np.uint64)) * (width > k)
+                 for k in range(int(width.max()) if b.n else 0)]
+        out = []
+        m = np.flatnonzero(closed)
+        if len(m):
+            sub = [(a[0], a[1][m]) + ((a[2][m],) if len(a) > 2 else ()) for a in args]
+            out.append(self._encode(b["ns"][m], track[m], name[m], sub, [fl[m] for fl in links], None, SLICE_BEGIN,
+                                    count_flows=False))
+            end = [("ret", b["ret"][m].astype(np.int64), None, "i"),
+                   ("dest", b["dest"][m], b["dest"][m] != 0)]
+            out.append(self._encode(b["end_ns"][m], track[m], name[m], end, [], None, SLICE_END))
+        m = np.flatnonzero(~closed)
+        if len(m):
+            sub = [(a[0], a[1][m]) + ((a[2][m],) if len(a) > 2 else ()) for a in args]
+            out.append(self._encode(b["ns"][m], track[m], name[m], sub, [], None))
+        self.f.write(b"".join(out))
+
+    def _link(self, proc: int, row, k) -> np.ndarray:
+        """The flow id of the k-th WQE of a process's call (by its row in the call batch)."""
+        return LINK_FLOW | (np.uint64(proc & 0x7FFF) << np.uint64(48)) | \
+            ((np.asarray(row, np.uint64) & np.uint64((1 << 36) - 1)) << np.uint64(12)) | np.asarray(k, np.uint64)
+
+    def _wqe_links(self, p: Proc, s: Batch) -> np.ndarray | None:
+        """Terminating flow ids of WQEs a call wrote (0: none), the k-th of each call the k-th."""
+        rows = self.call_rows.get(p.index)
+        if rows is None or not s.has("call"):
+            return None
+        call = s["call"].astype(np.int64)
+        m = np.flatnonzero(call != 0)
+        out = np.zeros(s.n, np.uint64)
+        if not len(m):
+            return out
+        ids, order = rows
+        i = np.clip(np.searchsorted(ids, call[m]), 0, len(ids) - 1)
+        ok = ids[i] == call[m]
+        m, row = m[ok], order[i[ok]]
+        k = O.ordinals(row, self.link_state)
+        keep = k < MAX_WQES_PER_CALL
+        out[m[keep]] = self._link(p.index, row[keep], k[keep])
+        self.flows += int(keep.sum())
+        return out
+
     def host(self, p: Proc, b: Batch) -> None:
         t = b["type"]
         track = self._tracks(self._describe_thread, p, b["tid"])
@@ -258,8 +329,10 @@ class PerfettoOutput(Output):
                 ("doorbell_pi", s["db_pi"] & 0xFFFF, has_db),
                 ("peer", S_PEER + s["peer"], s["peer"] >= 0, "s"),
             ]
+            if s.has("call"):
+                args.append(("call_id", s["call"], s["call"] != 0))
             out.append(self._encode(ts[m], track[m], EV_MLX5_BASE + s["op"].astype(np.int64), args,
-                                    [s["flow_out"]] if s.has("flow_out") else [], None))
+                                    [s["flow_out"]] if s.has("flow_out") else [], self._wqe_links(p, s)))
         m = np.flatnonzero(~wqe)
         if len(m):
             s = b.take(m)
@@ -314,22 +387,26 @@ class PerfettoOutput(Output):
                 ("local_addr", s["extra"]), ("write_pointer", s["aux32"]), ("site", s["flags"])]
         return self._encode(s["ns"], track, EV_CXI_BASE + s["op"].astype(np.int64), args, [], None)
 
-    def _encode(self, ts, track, name_iid, args, flows_out, flow_in) -> bytes:
-        """TrackEvent instants, one per row; args are (name, values[, present[, "s"]])."""
+    def _encode(self, ts, track, name_iid, args, flows_out, flow_in, etype: int = INSTANT,
+                count_flows: bool = True) -> bytes:
+        """TrackEvents of one type (instants unless said), one per row; args are (name, values[,
+        present[, "s" string / "i" signed]]).  `count_flows`: whether the flows started here
+        count (a call's count where its WQEs end them)."""
         n = len(track)
-        fields: list[pe.Field] = [pe.Bytes(b"\x48\x03"), pe.Varint(11, track), pe.Varint(10, name_iid)]
+        fields: list[pe.Field] = [pe.Bytes(bytes([0x48, etype])), pe.Varint(11, track), pe.Varint(10, name_iid)]
         for a in args:
             name, values = a[0], a[1]
             present = a[2] if len(a) > 2 else None
             kind = a[3] if len(a) > 3 else "u"
             ann = pe.Msg([pe.Bytes(bytes([0x08, ARG[name]])),
-                          pe.Varint(17 if kind == "s" else 3, np.asarray(values).astype(np.uint64))], n=n)
+                          pe.Varint({"s": 17, "i": 4}.get(kind, 3), np.asarray(values).astype(np.uint64))], n=n)
             fields.append(pe.Nested(4, ann, present))
         for fl in flows_out:
             nz = fl != 0
             if nz.any():
                 fields.append(pe.Fixed64(47, fl, nz))
-                self.flows += int(nz.sum())
+                if count_flows:
+                    self.flows += int(nz.sum())
         if flow_in is not None:
             nz = flow_in != 0
             if nz.any():

@@ -26,6 +26,7 @@ from collections import Counter
 
 import numpy as np
 
+from ..correlate.calls import SUBLAYERS, count_calls, new_counts
 from ..correlate.model import RunModel
 from ..trace import format as fmt
 from ..trace import layers as ly
@@ -36,11 +37,9 @@ USES_MODEL = True
 LAYERS = ("ucx", "libfabric", "verbs", "mlx5", "cuda", "cxi")
 HOT_CALLS = {lv.Call.POST_SEND: "ibv_post_send", lv.Call.POST_RECV: "ibv_post_recv",
              lv.Call.POLL_CQ: "ibv_poll_cq", lv.Call.POST_SRQ_RECV: "ibv_post_srq_recv"}
-# functions that move no data: calls, never operations
-NOT_OPS = {(ly.Layer.UCP, 12), (ly.Layer.UCP, 13), (ly.Layer.UCT, 20), (ly.Layer.UCT, 21)}
 # the live block's call slot of each layer above verbs
 LIVE_SLOT = {ly.Layer.UCP: lv.Call.UCP, ly.Layer.UCT: lv.Call.UCT, ly.Layer.LIBFABRIC: lv.Call.LIBFABRIC}
-_SUB = {ly.Layer.UCP: "ucp", ly.Layer.UCT: "uct", ly.Layer.LIBFABRIC: "libfabric"}
+_SUB = SUBLAYERS
 
 
 def _empty() -> dict:
@@ -49,7 +48,7 @@ def _empty() -> dict:
 
 def compute(td: TraceDir, model: RunModel) -> dict:
     acc = {name: _empty() for name in LAYERS}
-    sub = {name: _empty() | {"errors": 0, "unclosed": 0, "hooked_calls": 0} for name in _SUB.values()}
+    sub = {name: new_counts() | {"hooked_calls": 0} for name in _SUB.values()}
     for name in ("verbs",):
         acc[name].update(recv_wrs=0, recv_bytes=0)
     acc["mlx5"].update(doorbells=0, cpu_wqes=0, gpu_wqes=0)
@@ -86,23 +85,7 @@ def compute(td: TraceDir, model: RunModel) -> dict:
 def _calls(model: RunModel, sub: dict) -> None:
     """Calls, operations and bytes of the layers above verbs, from the paired CALL records."""
     for t in model.calls.values():
-        layer, op, err, closed, size = (t[k] for k in ("layer", "op", "err", "closed", "len"))
-        keys = layer.astype(np.int64) << 16 | op
-        u, inv, cnt = np.unique(keys, return_inverse=True, return_counts=True)
-        is_op = np.array([(int(k) >> 16, int(k) & 0xFFFF) not in NOT_OPS for k in u.tolist()], bool)[inv] & ~err
-        for k, c in zip(u.tolist(), cnt.tolist()):
-            la, fn = k >> 16, k & 0xFFFF
-            d = sub.get(_SUB.get(la, "")) if la in _SUB else None
-            if d is None:
-                d = sub.setdefault(f"layer{la}", _empty() | {"errors": 0, "unclosed": 0, "hooked_calls": 0})
-            d["calls"][ly.function_name(la, fn)] += c
-        for la in np.unique(layer).tolist():
-            d = sub[_SUB[la]] if la in _SUB else sub[f"layer{la}"]
-            m = layer == la
-            d["ops"] += int((m & is_op).sum())
-            d["bytes"] += int(size[m & is_op].astype(np.int64).sum())
-            d["errors"] += int((m & err).sum())
-            d["unclosed"] += int((m & ~closed).sum())
+        count_calls(t, sub)
 
 
 def _live(p, acc: dict, sub: dict) -> None:

@@ -132,7 +132,7 @@ class Collect(Output):
     needs_flows = True
 
     def __init__(self):
-        self.parts = {"host": [], "wqes": [], "doorbells": []}
+        self.parts = {"calls": [], "host": [], "wqes": [], "doorbells": []}
 
     def add(self, part):
         self.parts[part.kind].append(part.batch)

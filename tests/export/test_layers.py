@@ -225,3 +225,71 @@ def test_sql_layer_and_link_columns(tmp_path):
     assert fi == [{"n": 5}]
     # node-b, the target of the writes and puts, posted nothing: no rows
     assert _sql(tmp_path, dirs, "SELECT DISTINCT layer FROM ops WHERE host = 'node-b'") == []
+
+
+def test_perfetto_nested_slices_and_links(tmp_path):
+    t, dirs = build_layers(tmp_path / "run")
+    out = tmp_path / "run.pftrace"
+    from sigmatrace.correlate.output import write
+    from sigmatrace.export.perfetto import PerfettoOutput
+
+    from .conftest import parse_perfetto
+    res = write(RunModel.load(dirs), [PerfettoOutput(out)])
+    pt = parse_perfetto(out)
+    B, E, I = pb_types()
+    main = [(p.timestamp, te) for p, te in pt.events if "cold" not in te.categories and te.track_uuid in pt.tracks
+            and pt.tracks[te.track_uuid].HasField("thread") and pt.tracks[te.track_uuid].thread.tid == 1001]
+    main.sort(key=lambda x: x[0])
+    # the depth of every event on the caller's thread, as Perfetto nests them
+    depth, stack, seen = {}, [], []
+    for ts, te in main:
+        name = pt.name(te)
+        if te.type == E:
+            assert stack and stack[-1] == te.name_iid
+            stack.pop()
+            continue
+        seen.append((name, len(stack), tuple(pt.names[i] for i in stack)))
+        if te.type == B:
+            stack.append(te.name_iid)
+    assert stack == []
+    from collections import Counter
+    assert Counter(seen) == Counter({("ucp_put_nbx", 0, ()): 10, ("uct_ep_put_short", 1, ("ucp_put_nbx",)): 10,
+                                     ("fi_writemsg", 0, ()): 5, ("ibv_post_send", 1, ("fi_writemsg",)): 5,
+                                     ("ibv_poll_cq", 0, ()): 5})
+    # each UCT call's slice starts the flows its 2 WQEs end (the WQEs name the call)
+    begins = {pt.args(te)["call_id"]: set(te.flow_ids) for _, te in main
+              if te.type == B and pt.name(te) == "uct_ep_put_short"}
+    wqes = [te for _, te in pt.events if pt.name(te) == "RDMA_WRITE"]
+    assert len(wqes) == 20
+    per_call = Counter()
+    for te in wqes:
+        [fid] = te.terminating_flow_ids
+        c = pt.args(te)["call_id"]
+        assert fid in begins[c]
+        per_call[c] += 1
+    assert set(per_call.values()) == {2} and len(per_call) == 10
+    ends = {pt.args(te).get("ret") for _, te in main if te.type == E}
+    assert ends == {0}
+    # 20 call -> WQE links and the 5 signaled writes -> their completions
+    assert res.outputs[0]["flows"] == 25
+
+
+def pb_types():
+    from perfetto.protos.perfetto.trace import perfetto_trace_pb2 as pb
+    return pb.TrackEvent.TYPE_SLICE_BEGIN, pb.TrackEvent.TYPE_SLICE_END, pb.TrackEvent.TYPE_INSTANT
+
+
+def test_json_export_layers(tmp_path):
+    t, dirs = build_layers(tmp_path / "run")
+    out = tmp_path / "agg.json"
+    r = subprocess.run([sys.executable, "-m", "sigmatrace.cli.main", "export", *map(str, dirs), "--json", str(out)],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    L = json.loads(out.read_text())["layers"]
+    assert L["ucx"]["calls"] == {"ucp_put_nbx": 10, "uct_ep_put_short": 10}
+    assert (L["ucx"]["ops"], L["ucx"]["bytes"]) == (10, 1280)
+    assert L["ucx"]["uct"] == {"calls": {"uct_ep_put_short": 10}, "ops": 10, "bytes": 1280, "errors": 0, "unclosed": 0}
+    assert L["libfabric"] == {"calls": {"fi_writemsg": 5}, "ops": 5, "bytes": 20480, "errors": 0, "unclosed": 0}
+    assert L["verbs"] == {"ops": 5, "bytes": 20480}
+    assert L["mlx5"] == {"ops": 20, "bytes": 1280}
+    assert L["cxi"] == {"ops": 0, "bytes": 0}
