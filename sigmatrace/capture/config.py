@@ -110,15 +110,25 @@ def available_external_providers() -> list[str]:
     return [name for name, mod in zip(EXTERNAL_PROVIDERS, OBSERVER_MODULES) if module_present(mod)]
 
 
+# the layers above verbs: agent providers once their hooks file is registered in AGENT_PROVIDERS
+LAYER_PROVIDERS = ("ucx", "libfabric")
+
+
+def known_providers() -> tuple[str, ...]:
+    """Every name --providers accepts (one not in this installation installs nothing, with a
+    warning)."""
+    return tuple(dict.fromkeys(AGENT_PROVIDERS + LAYER_PROVIDERS + EXTERNAL_PROVIDERS))
+
+
 def parse_providers(text: str | None) -> list[str] | None:
     """`--providers verbs,cuda` -> ["verbs", "cuda"]; None means every provider found."""
     if text is None or text.strip() in ("", "all"):
         return None
     names = [p.strip() for p in text.split(",") if p.strip()]
-    unknown = [n for n in names if n not in ALL_PROVIDERS]
+    unknown = [n for n in names if n not in known_providers()]
     if unknown:
         raise UsageError(f"unknown provider(s): {', '.join(unknown)}",
-                         hint=f"choose from {', '.join(ALL_PROVIDERS)}")
+                         hint=f"choose from {', '.join(known_providers())}")
     return list(dict.fromkeys(names))
 
 

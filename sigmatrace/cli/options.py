@@ -8,7 +8,7 @@ from typing import List, Optional
 import typer
 from typing_extensions import Annotated
 
-from ..capture.config import ALL_PROVIDERS, CaptureOptions, Mode, parse_providers, runtime_default
+from ..capture.config import CaptureOptions, Mode, known_providers, parse_providers, runtime_default
 from ..trace.ranks import RANK_VARIABLES
 
 # Options that set a tuning key of the runtime (its table: native/include/sigmatrace/config_keys.h).
@@ -31,7 +31,7 @@ ModeOpt = Annotated[Mode, typer.Option(
          "full: one record per work request and completion.")]
 ProvidersOpt = Annotated[Optional[str], typer.Option(
     "--providers", "-p", metavar="LIST",
-    help=f"Comma-separated layers to hook ({', '.join(ALL_PROVIDERS)}); default: every one found. "
+    help=f"Comma-separated layers to hook ({', '.join(known_providers())}); default: every one found. "
          "An omitted provider installs no hook.")]
 
 

@@ -131,6 +131,12 @@ class RepeaterRow:
 
 
 @dataclass
+class LayerRow:
+    name: str                       # "verbs" (its hot calls), "ucp", "uct", "libfabric"
+    calls: Metric                   # hooked calls of the layer (rate: calls per second)
+
+
+@dataclass
 class Totals:
     doorbells: Metric
     ops: Metric
@@ -157,6 +163,12 @@ class Frame:
     drops: Drops
     history: CounterHistory = field(repr=False)
     wqe_counted: bool = False       # recovered WQEs are in the operation counts (not only posts)
+    layers: list[LayerRow] = field(default_factory=list)   # layers whose calls were counted, verbs first
+
+    @property
+    def above_verbs(self) -> bool:
+        """Some layer above verbs (UCX, libfabric) made calls: the per-layer rates are shown."""
+        return any(r.name != "verbs" and (r.calls.total or 0) > 0 for r in self.layers)
 
     def spark(self, metric: Metric, seconds: int = 60) -> list[float | None]:
         if metric.gap is not None or metric.key is None:

@@ -20,11 +20,15 @@ import numpy as np
 from ..decode import names
 from ..trace import live as lv
 from . import coverage as cov
-from .frame import (Drops, Frame, GpuRow, Metric, OpRow, PeerRow, ProcessRow, QpRow, RepeaterRow, SortKey,
-                    Totals)
+from .frame import (Drops, Frame, GpuRow, LayerRow, Metric, OpRow, PeerRow, ProcessRow, QpRow, RepeaterRow,
+                    SortKey, Totals)
 from .history import CounterHistory
 from .source import ColdState, ProcessSample, Sample
 
+
+# The live block's call slots of each layer (calls per second per layer)
+LAYER_CALLS = {"verbs": (lv.Call.POST_SEND, lv.Call.POST_RECV, lv.Call.POLL_CQ, lv.Call.POST_SRQ_RECV),
+               "ucp": (lv.Call.UCP,), "uct": (lv.Call.UCT,), "libfabric": (lv.Call.LIBFABRIC,)}
 
 # How a repeater waits for the next doorbell, in the words the dashboard shows.
 REPEATER_STATES = {lv.RepeaterState.SPINNING: "spinning", lv.RepeaterState.PAUSING: "backing off",
@@ -71,6 +75,7 @@ class _Build:
         self.wqe_ops = np.zeros(lv.MLX5_OPS, np.uint64)
         self.wqe_bytes = np.zeros(lv.MLX5_OPS, np.uint64)
         self.recv = np.zeros(4, np.uint64)   # recv_wrs, recv_bytes, completions, completion_errors
+        self.layer_calls = {name: 0.0 for name in LAYER_CALLS}
         self.verbs_gaps: list[str | None] = []
         self.db_gaps: list[str | None] = []
         self.wqe_gaps: list[str | None] = []
@@ -142,6 +147,10 @@ class _Build:
     def _threads(self, pid: int, threads: np.ndarray, c: cov.Coverage) -> None:
         self._verbs_by_qp = {}
         self._agg_full = False
+        if len(threads):
+            calls = threads["calls"].sum(axis=0, dtype=np.uint64)
+            for name, slots in LAYER_CALLS.items():
+                self.layer_calls[name] += float(sum(int(calls[s]) for s in slots))
         if c.verbs_gap is not None or not len(threads):
             return
         self.posted_ops += threads["ops"].sum(axis=0, dtype=np.uint64)
@@ -271,6 +280,11 @@ class _Build:
         lag_total = sum(q.lag.total for q in self.qps if q.lag.total is not None)
         for i, f in enumerate(("recv_wrs", "recv_bytes", "completions", "completion_errors")):
             v[("T", f)] = float(self.recv[i])
+        self.layer_rows = []
+        for name, total in self.layer_calls.items():
+            v[("L", name)] = total
+            # verbs' hot calls are counted where its hooks are; the layers above count their own
+            self.layer_rows.append(LayerRow(name, Metric(("L", name), gap=verbs_gap if name == "verbs" else None)))
         self.totals = Totals(
             doorbells=Metric(("T", "doorbells"), gap=db_gap),
             ops=Metric(("T", "ops"), gap=ops_gap),
@@ -300,7 +314,7 @@ class _Build:
         frame = Frame(t, sort, self.procs, self.totals, self.qps, list(self.gpus.values()),
                       None if self.gpus else self.db_gap,
                       self.op_rows, list(self.peers.values()), self.reps, self.drops, hist,
-                      wqe_counted=self.wqe_counted)
+                      wqe_counted=self.wqe_counted, layers=self.layer_rows)
         if all(p.drops.gap for p in self.procs):
             frame.drops.gap = self.procs[0].drops.gap if self.procs else "no process"
         _fill(frame, hist)
@@ -327,6 +341,8 @@ def _fill(frame: Frame, hist: CounterHistory) -> None:
         metrics += (r.ops, r.bytes)
     for r in frame.repeaters:
         metrics += (r.doorbells, r.forwarded, r.backoffs, r.sleeps)
+    for r in frame.layers:
+        metrics.append(r.calls)
     for m in metrics:
         if m.key is not None:
             m.total = hist.total(m.key)

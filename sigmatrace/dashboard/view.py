@@ -40,6 +40,8 @@ def render(frame: Frame, width: int, height: int, state: ViewState | None = None
     top += _coverage_lines(frame, width)
     top += _hooks_lines(frame, width)
     top.append(_totals_line(frame, width))
+    if frame.above_verbs:
+        top.append(_layers_line(frame, width))
     top.append(_drops_line(frame, width))
     bottom = [_keys_line(frame, width, state)]
     left = max(0, height - len(top) - len(bottom))
@@ -209,6 +211,14 @@ def _totals_line(frame: Frame, width: int) -> Text:
         segs += [(f"  {int(t.completion_errors.total)} cqe errors", "bold red")]
     if t.uncounted_qps and not (t.ops.gap and t.doorbells.gap):
         segs += [(f"  +{t.uncounted_qps} QP{'s' if t.uncounted_qps > 1 else ''} not counted", "yellow")]
+    return _line(*segs, width=width)
+
+
+def _layers_line(frame: Frame, width: int) -> Text:
+    """Calls per second of each layer: verbs (its hot calls), UCP, UCT, libfabric."""
+    segs: list = [("calls    ", "bold")]
+    for r in frame.layers:
+        segs += [f"{r.name} ", _seg(r.calls), "  "]
     return _line(*segs, width=width)
 
 
