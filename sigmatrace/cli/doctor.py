@@ -6,6 +6,7 @@ import ctypes.util
 import os
 from dataclasses import dataclass
 from pathlib import Path
+from typing import List, Optional
 
 import typer
 from typing_extensions import Annotated
@@ -155,17 +156,29 @@ def run_checks() -> list[Check]:
 
 def register(app: typer.Typer) -> None:
     @app.command("doctor", help="Check what tracing needs on this machine (Frida, ptrace, eBPF, CUDA driver, "
-                                "RDMA devices or the emulated NIC) and say what each missing piece costs.")
-    def doctor(json_out: Annotated[bool, typer.Option("--json", help="Print the checks as JSON.")] = False) -> None:
+                                "RDMA devices or the emulated NIC) and say what each missing piece costs.  "
+                                "`doctor -- PROGRAM` also lists the providers PROGRAM would get, from the "
+                                "libraries it links (--simnic: on the emulated NIC).")
+    def doctor(
+        program: Annotated[Optional[List[str]], typer.Argument(
+            metavar="[-- PROGRAM [ARGS]...]", help="A program whose providers to list.", show_default=False)] = None,
+        simnic: Annotated[bool, typer.Option(
+            "--simnic", help="With PROGRAM: resolve its libraries as `sigmatrace simnic run` would.")] = False,
+        json_out: Annotated[bool, typer.Option("--json", help="Print the checks as JSON.")] = False,
+    ) -> None:
         import json
 
         from rich.console import Console
         from rich.table import Table
 
+        from .program_providers import as_json, program_providers
+
+        found = program_providers(program[0], simnic) if program else None   # a bad PROGRAM: one line, first
         checks = run_checks()
         essential_ok = all(c.ok for c in checks if c.name in ("Frida", "runtime library", "ptrace"))
         if json_out:
-            print(json.dumps([c.__dict__ for c in checks], indent=2))
+            doc = [c.__dict__ for c in checks]
+            print(json.dumps(doc if found is None else {"checks": doc, "program": as_json(*found, simnic)}, indent=2))
         else:
             t = Table(title="sigmatrace doctor")
             t.add_column("check")
@@ -176,6 +189,15 @@ def register(app: typer.Typer) -> None:
                 mark = "[green]ok[/]" if c.ok else "[red]missing[/]" if c.ok is False else "[yellow]limited[/]"
                 t.add_row(c.name, mark, c.found, c.cost)
             Console().print(t)
+            if found is not None:
+                path, rows, _ = found
+                t = Table(title=f"providers for {path}" + (" on the emulated NIC" if simnic else ""))
+                for col in ("provider", "gets work", "why", "in this sigmatrace"):
+                    t.add_column(col)
+                for r in rows:
+                    style = {"yes": "green", "at run time": "yellow"}.get(r.gets, "dim")
+                    t.add_row(r.provider, f"[{style}]{r.gets}[/]", r.why, "yes" if r.installed else "[red]no[/]")
+                Console().print(t)
             Console().print("[green]Tracing works here.[/]" if essential_ok else
                             "[red]Tracing cannot work here until the missing essentials are fixed.[/]")
         raise typer.Exit(0 if essential_ok else 1)
