@@ -478,11 +478,14 @@ class SynthTrace:
         p.end_ns = max(p.end_ns, int(t_ns) + 1000)
 
     def ucx_puts(self, q: Qp, n: int, size: int = 64, wqes_per_call: int = 1, start_ns: int | None = None,
-                 period_ns: int = 3000, parse_every: int = 4, ucp: bool = True) -> int:
+                 period_ns: int = 3000, parse_every: int = 4, ucp: bool = True, sends: bool = False) -> int:
         """`n` ucp_put_nbx calls (with `ucp`; else UCT alone) on the caller's thread, each
         enclosing one uct_ep_put_short on q (a cpu_queue) whose CALL_END names the WQEs it wrote:
         `wqes_per_call` RDMA_WRITE WQEs of one basic block each, rung by one doorbell, parsed by
-        the repeater every `parse_every` calls."""
+        the repeater every `parse_every` calls.  With `sends`: ucp_am_send_nbx / uct_ep_am_short
+        writing SEND WQEs, each received by the peer (full mode) 1500 ns after its doorbell."""
+        fn_ucp, fn_uct, opcode = (9, 6, MLX5_SEND) if sends else (1, 1, MLX5_RDMA_WRITE)
+        name_ucp, name_uct = ly.function_name(ly.Layer.UCP, fn_ucp), ly.function_name(ly.Layer.UCT, fn_uct)
         p = q.proc
         tot = p.qp_totals[q.qpn]
         tid = p.main_tid
@@ -500,8 +503,9 @@ class SynthTrace:
             t = t0 + i * period_ns
             ku = None
             if ucp:
-                ku = self.call(p, tid, t, ly.Layer.UCP, 1, ep=ep_ucp, size=size * wqes_per_call, raddr=raddr, rkey=rkey)
-            kt = self.call(p, tid, t + 100, ly.Layer.UCT, 1, nested=ucp, ep=ep_uct, size=size * wqes_per_call,
+                ku = self.call(p, tid, t, ly.Layer.UCP, fn_ucp, ep=ep_ucp, size=size * wqes_per_call, raddr=raddr,
+                               rkey=rkey)
+            kt = self.call(p, tid, t + 100, ly.Layer.UCT, fn_uct, nested=ucp, ep=ep_uct, size=size * wqes_per_call,
                            raddr=raddr, rkey=rkey, qpn=q.qpn)
             pi0 = q.sq_pi
             q.sq_pi += wqes_per_call
@@ -512,14 +516,16 @@ class SynthTrace:
                 p.count_records(rep_tid, 1)
                 tot["doorbells"] += 1
                 p.repeaters[0]["doorbells"] += 1
-            self.call_end(p, tid, t + 300, ly.Layer.UCT, 1, kt, qpn=q.qpn, wqe_range=(pi0, q.sq_pi))
+            self.call_end(p, tid, t + 300, ly.Layer.UCT, fn_uct, kt, qpn=q.qpn, wqe_range=(pi0, q.sq_pi))
+            if sends:
+                self._recv_side(q.peer, np.full(wqes_per_call, t + 200 + 1500, np.int64), size)
             if ucp:
-                self.call_end(p, tid, t + 400, ly.Layer.UCP, 1, ku)
-                e.calls[(p.pid, "ucp", "ucp_put_nbx")] += 1
+                self.call_end(p, tid, t + 400, ly.Layer.UCP, fn_ucp, ku)
+                e.calls[(p.pid, "ucp", name_ucp)] += 1
                 e.call_bytes[(p.pid, "ucp")] += size * wqes_per_call
                 e.call_parent[(p.pid, tid, ku)] = None
                 tt["calls"][lv.Call.UCP] += 1
-            e.calls[(p.pid, "uct", "uct_ep_put_short")] += 1
+            e.calls[(p.pid, "uct", name_uct)] += 1
             e.call_bytes[(p.pid, "uct")] += size * wqes_per_call
             e.call_parent[(p.pid, tid, kt)] = (tid, ku) if ucp else None
             e.call_wqes[(p.pid, tid, kt)] += wqes_per_call
@@ -534,7 +540,7 @@ class SynthTrace:
                     recs["qpn"] = q.qpn
                     recs["aux32"][0::2] = w & 0xFFFF
                     recs["aux32"][1::2] = w & 0xFFFF
-                    recs["op"][0::2] = MLX5_RDMA_WRITE
+                    recs["op"][0::2] = opcode
                     recs["aux"][0::2] = 3
                     recs["flags"][0::2] = fmt.RecFlag.SIGNALED
                     recs["len"][0::2] = size
@@ -552,8 +558,8 @@ class SynthTrace:
         tot["pi"] = q.sq_pi
         tot["wqes"] += total
         tot["bytes"] += total * size
-        tot["ops"][MLX5_RDMA_WRITE] += total
-        tot["op_bytes"][MLX5_RDMA_WRITE] += total * size
+        tot["ops"][opcode] += total
+        tot["op_bytes"][opcode] += total * size
         e.wqes[(p.pid, q.qpn)] += total
         if tot.get("cpu_doorbells", True):
             e.doorbells[(p.pid, q.qpn)] += n

@@ -189,6 +189,14 @@ def test_damaged_calls_are_reported_and_lose_nothing_else(tmp_path):
     assert L["ucx"]["uct"]["calls"] == {"layer2_fn99": 1}
     assert L["layer7"]["calls"] == {"layer7_fn3": 1}
     assert len(rep["problems"]) == 5
+    # in sql: every call a row, the unknown ones by their numbers, the unended without an end
+    got = _sql(tmp_path, dirs, "SELECT layer, op, count(*) AS n, count(end_ns) AS ended FROM ops "
+                               "WHERE kind = 'call' GROUP BY ALL ORDER BY ALL")
+    assert [tuple(r.values()) for r in got] == [
+        ("libfabric", "fi_send", 1, 0), ("libfabric", "fi_writemsg", 3, 3), ("ucx", "layer2_fn99", 1, 1),
+        ("ucx", "ucp_put_nbx", 1, 0), ("unknown", "layer7_fn3", 1, 1)]
+    [probs] = _sql(tmp_path, dirs, "SELECT count(*) AS n FROM problems")
+    assert probs == {"n": 5}
 
 
 def _sql(tmp_path, dirs, query):
@@ -293,3 +301,36 @@ def test_json_export_layers(tmp_path):
     assert L["verbs"] == {"ops": 5, "bytes": 20480}
     assert L["mlx5"] == {"ops": 20, "bytes": 1280}
     assert L["cxi"] == {"ops": 0, "bytes": 0}
+
+
+def test_perfetto_cpu_posted_sends_flow_to_the_peer(tmp_path):
+    """UCP active messages through UCT on a CPU-written queue: each SEND WQE is linked from its
+    UCT call and flows on to the peer's receive completion, as GPU-posted WQEs do."""
+    from sigmatrace.correlate.output import write
+    from sigmatrace.export.perfetto import PerfettoOutput
+
+    from .conftest import parse_perfetto
+    t = SynthTrace(seed=6)
+    a = t.process("node-a", 1001)
+    b = t.process("node-b", 2002)
+    qa, qb = t.rc_pair(a, b)
+    t.cpu_queue(qa)
+    t.ucx_puts(qa, 6, size=256, wqes_per_call=2, sends=True)
+    dirs = t.write(tmp_path / "run")
+    out = tmp_path / "am.pftrace"
+    res = write(RunModel.load(dirs), [PerfettoOutput(out)])
+    pt = parse_perfetto(out)
+    wqes = [te for _, te in pt.events if pt.name(te) == "SEND"]
+    comps = [te for _, te in pt.events if pt.name(te) == "ibv_poll_cq"]
+    calls = {pt.args(te)["call_id"]: set(te.flow_ids) for _, te in pt.events
+             if pt.name(te) == "uct_ep_am_short" and te.type == pb_types()[0]}
+    assert (len(wqes), len(comps), len(calls)) == (12, 12, 6)
+    to_peer = {fid for te in wqes for fid in te.flow_ids}
+    assert len(to_peer) == 12 and to_peer == {fid for te in comps for fid in te.terminating_flow_ids}
+    for te in wqes:
+        [link] = te.terminating_flow_ids
+        assert link in calls[pt.args(te)["call_id"]]
+    assert res.outputs[0]["flows"] == 24
+    rep = build_report(TraceDir(dirs[0]))
+    assert rep["layers"]["ucx"]["calls"] == {"uct_ep_am_short": 6, "ucp_am_send_nbx": 6}
+    assert rep["wqe_ops"] == {"SEND": 12}
