@@ -80,10 +80,6 @@ def function_pairs(tables) -> list[tuple[int, int]]:
     return sorted(pairs)
 
 
-def call_id(tid, aux32) -> np.ndarray:
-    return (np.asarray(tid, np.int64) << np.int64(32)) | np.asarray(aux32, np.int64)
-
-
 def has_calls(p: Proc) -> bool:
     return any(int(s.type_counts[RT.CALL] + s.type_counts[RT.CALL_END]) for s in p.streams)
 
@@ -92,7 +88,7 @@ class CallTable:
     """One process's calls, in the order of their CALL records per thread (columns: COLUMNS)."""
 
     def __init__(self, cols: dict[str, np.ndarray], bounds: tuple[np.ndarray, np.ndarray],
-                 wqe_index: tuple[np.ndarray, np.ndarray, int] | None, problems: list[Problem] = ()):
+                 wqe_index: tuple[np.ndarray, np.ndarray, np.ndarray] | None, problems: list[Problem] = ()):
         self.cols = cols
         self.problems = list(problems)     # the damage met pairing (also in the trace set's)
         self.n = len(cols["id"])
@@ -136,32 +132,42 @@ def build_calls(traces: TraceSet, p: Proc) -> CallTable | None:
     """The process's call table, or None when it has no CALL records."""
     if not has_calls(p):
         return None
-    rows: dict[str, list] = {k: [] for k in COLUMNS}
+    parts: list[dict[str, np.ndarray]] = []
+    bounds: list[tuple[np.ndarray, np.ndarray]] = []
     problems: list[Problem] = []
-    bkeys: list[int] = []
-    bids: list[int] = []
     unknown: set[tuple[int, int]] = set()
     for s in p.streams:
         if not int(s.type_counts[RT.CALL] + s.type_counts[RT.CALL_END]):
             continue
-        recs = _call_records(traces, s)
+        recs = _call_records(s)
         if recs is None or not len(recs):
             continue
         convert = p.clock.tsc_to_ns if s.clock == fmt.Clock.TSC else p.clock.mono_to_ns
-        ns = convert(recs["ts"])
-        _walk(problems, s, recs, ns, rows, bkeys, bids, unknown)
+        pairs = np.unique((recs["aux"].astype(np.int64) << 16) | recs["op"], return_counts=False)
+        for k in pairs.tolist():
+            la, fn = k >> 16, k & 0xFFFF
+            if la not in ly.FUNCTIONS or fn not in ly.FUNCTIONS[la]:
+                unknown.add((la, fn))
+        cols, bk, bi = _pair(problems, s, recs, convert(recs["ts"]))
+        parts.append(cols)
+        bounds.append((bk, bi))
     for layer, op in sorted(unknown):
         what = f"unknown layer {layer}" if layer not in ly.FUNCTIONS else f"unknown {ly.Layer(layer).name} function {op}"
         problems.append(Problem(p.pt.path, None, f"CALL records of {what} (counted as {ly.function_name(layer, op)}; "
-                                                     "a newer sigmatrace may name it)"))
-    cols = {k: np.array(v, dtype=COLUMNS[k]) for k, v in rows.items()}
-    bk = np.array(bkeys, np.int64)
+                                                 "a newer sigmatrace may name it)"))
+    if parts:
+        cols = {k: np.concatenate([c[k] for c in parts]).astype(COLUMNS[k]) for k in COLUMNS}
+        bk = np.concatenate([b[0] for b in bounds])
+        bi = np.concatenate([b[1] for b in bounds])
+    else:
+        cols = {k: np.zeros(0, v) for k, v in COLUMNS.items()}
+        bk = bi = np.zeros(0, np.int64)
     order = np.argsort(bk, kind="stable")
     traces.add_problems(problems)
-    return CallTable(cols, (bk[order], np.array(bids, np.int64)[order]), _wqe_index(cols), problems)
+    return CallTable(cols, (bk[order], bi[order]), _wqe_index(cols), problems)
 
 
-def _call_records(traces: TraceSet, s: StreamInfo) -> np.ndarray | None:
+def _call_records(s: StreamInfo) -> np.ndarray | None:
     parts = []
     try:
         sf = StreamFile(s.path)
@@ -175,76 +181,90 @@ def _call_records(traces: TraceSet, s: StreamInfo) -> np.ndarray | None:
     return np.concatenate(parts) if parts else None
 
 
-def _walk(problems: list, s: StreamInfo, recs: np.ndarray, ns: np.ndarray, rows: dict,
-          bkeys: list, bids: list, unknown: set) -> None:
-    """Pair one thread's CALL / CALL_END records with a stack of open calls."""
+def _pair(problems: list, s: StreamInfo, recs: np.ndarray, ns: np.ndarray):
+    """One thread's calls: (columns, boundary keys, active call id after each boundary)."""
     tid = s.tid
-    stack: list[int] = []       # rows of open calls, innermost last
+    calls, ends, parents, depths, bpos, bactive = _walk(problems, s, recs)
+    ci, ei, pi = (np.array(x, np.int64) for x in (calls, ends, parents))
+    ids = (np.int64(tid) << np.int64(32)) | recs["aux32"].astype(np.int64)      # per record
+    has_end = ei >= 0
+    e = np.where(has_end, ei, 0)
+    extra_end = recs["extra"][e]
+    ranged = has_end & ((extra_end & np.uint64(ly.WQE_RANGE_VALID)) != 0)
+    qpn_end = recs["qpn"][e]
+    cols = {
+        "id": ids[ci], "tid": np.full(len(ci), tid), "aux32": recs["aux32"][ci], "layer": recs["aux"][ci],
+        "op": recs["op"][ci], "ep": recs["extra"][ci], "len": recs["len"][ci], "addr": recs["addr"][ci],
+        "key": recs["key"][ci], "qpn": np.where(has_end & (qpn_end != 0), qpn_end, recs["qpn"][ci]),
+        "ns": ns[ci], "end_ns": np.where(has_end, ns[e], -1),
+        "ret": np.where(has_end, recs["key"][e].view(np.int32), 0), "closed": has_end,
+        "err": has_end & ((recs["flags"][e] & fmt.RecFlag.ERR) != 0),
+        "dest": np.where(has_end, recs["addr"][e], 0).astype(np.uint64),
+        "pi0": np.where(ranged, (extra_end & np.uint64(0xFFFF)).astype(np.int64), -1),
+        "pi1": np.where(ranged, ((extra_end >> np.uint64(16)) & np.uint64(0xFFFF)).astype(np.int64), -1),
+        "parent": np.where(pi >= 0, ids[np.maximum(pi, 0)], 0), "depth": np.minimum(np.array(depths, np.int64), 255),
+    }
+    bp, ba = np.array(bpos, np.int64), np.array(bactive, np.int64)
+    bkeys = (np.int64(tid) << np.int64(32)) | recs["seq"][bp].astype(np.int64) if len(bp) else np.zeros(0, np.int64)
+    bids = np.where(ba >= 0, ids[np.maximum(ba, 0)], 0) if len(ba) else np.zeros(0, np.int64)
+    return cols, bkeys, bids
 
-    def problem(what: str) -> None:
-        problems.append(Problem(s.path, None, f"thread {tid}: {what}"))
+
+def _walk(problems: list, s: StreamInfo, recs: np.ndarray):
+    """Pair a thread's CALL / CALL_END records with a stack of open calls, in record indices:
+    (CALL records, their CALL_END or -1, their parent's CALL or -1, their depth, boundaries:
+    records where the innermost open call changes, and the CALL open after each or -1)."""
+    tid = s.tid
+    calls: list[int] = []
+    ends: list[int] = []
+    parents: list[int] = []
+    depths: list[int] = []
+    bpos: list[int] = []
+    bactive: list[int] = []
+    stack: list[int] = []       # positions in `calls` of open calls, innermost last
+    T, A32, F = (recs[k].tolist() for k in ("type", "aux32", "flags"))
+    is_call, nested = RT.CALL, fmt.RecFlag.NESTED
 
     def unclosed(j: int, why: str) -> None:
-        name = ly.function_name(rows["layer"][j], rows["op"][j])
-        problem(f"{name} call #{rows['aux32'][j]} has no CALL_END ({why}); kept without its end")
+        r = recs[calls[j]]
+        name = ly.function_name(int(r["aux"]), int(r["op"]))
+        problems.append(Problem(s.path, None, f"thread {tid}: {name} call #{int(r['aux32'])} has no CALL_END "
+                                              f"({why}); kept without its end"))
 
-    def mark(seq: int) -> None:
-        bkeys.append((tid << 32) | seq)
-        bids.append(rows["id"][stack[-1]] if stack else 0)
-
-    T, A, O, A32, F, SEQ = (recs[k].tolist() for k in ("type", "aux", "op", "aux32", "flags", "seq"))
-    for i in range(len(recs)):
-        layer, op, k, seq = A[i], O[i], A32[i], SEQ[i]
-        if layer not in ly.FUNCTIONS or op not in ly.FUNCTIONS[layer]:
-            unknown.add((layer, op))
-        if T[i] == RT.CALL:
-            if stack and not F[i] & fmt.RecFlag.NESTED:
+    for i, (t, k, f) in enumerate(zip(T, A32, F)):
+        if t == is_call:
+            if stack and not f & nested:
                 # a call that is not nested opens while others are open: their ends were lost
                 for j in reversed(stack):
                     unclosed(j, "a later call of the thread is not nested in it")
                 stack.clear()
-            r = recs[i]
-            rows["id"].append((tid << 32) | k)
-            rows["tid"].append(tid)
-            rows["aux32"].append(k)
-            rows["layer"].append(layer)
-            rows["op"].append(op)
-            rows["ep"].append(int(r["extra"]))
-            rows["len"].append(int(r["len"]))
-            rows["addr"].append(int(r["addr"]))
-            rows["key"].append(int(r["key"]))
-            rows["qpn"].append(int(r["qpn"]))
-            rows["ns"].append(int(ns[i]))
-            for name, v in (("end_ns", -1), ("ret", 0), ("err", False), ("closed", False), ("dest", 0),
-                            ("pi0", -1), ("pi1", -1)):
-                rows[name].append(v)
-            rows["parent"].append(rows["id"][stack[-1]] if stack else 0)
-            rows["depth"].append(min(len(stack), 255))
-            stack.append(len(rows["id"]) - 1)
-            mark(seq)
+            parents.append(calls[stack[-1]] if stack else -1)
+            depths.append(len(stack))
+            stack.append(len(calls))
+            calls.append(i)
+            ends.append(-1)
+            bpos.append(i)
+            bactive.append(i)
             continue
-        pos = next((d for d in range(len(stack) - 1, -1, -1) if rows["aux32"][stack[d]] == k), None)
-        if pos is None:
-            problem(f"CALL_END of {ly.function_name(layer, op)} call #{k} without its CALL; ignored")
-            continue
-        for j in reversed(stack[pos + 1:]):
-            unclosed(j, "its enclosing call returned first")
-        j = stack[pos]
+        if stack and A32[calls[stack[-1]]] == k:          # the common case: the innermost returns
+            pos = len(stack) - 1
+        else:
+            pos = next((d for d in range(len(stack) - 1, -1, -1) if A32[calls[stack[d]]] == k), None)
+            if pos is None:
+                r = recs[i]
+                problems.append(Problem(s.path, None, f"thread {tid}: CALL_END of "
+                                                      f"{ly.function_name(int(r['aux']), int(r['op']))} call #{k} "
+                                                      "without its CALL; ignored"))
+                continue
+            for j in reversed(stack[pos + 1:]):
+                unclosed(j, "its enclosing call returned first")
+        ends[stack[pos]] = i
         del stack[pos:]
-        r = recs[i]
-        rows["end_ns"][j] = int(ns[i])
-        rows["ret"][j] = int(np.int32(np.uint32(r["key"]).view(np.int32)))
-        rows["err"][j] = bool(r["flags"] & fmt.RecFlag.ERR)
-        rows["closed"][j] = True
-        rows["dest"][j] = int(r["addr"])
-        if int(r["qpn"]):
-            rows["qpn"][j] = int(r["qpn"])
-        rng = ly.wqe_range(int(r["extra"]))
-        if rng is not None:
-            rows["pi0"][j], rows["pi1"][j] = rng
-        mark(seq)
+        bpos.append(i)
+        bactive.append(calls[stack[-1]] if stack else -1)
     for j in reversed(stack):
         unclosed(j, "the thread's records end inside it")
+    return calls, ends, parents, depths, bpos, bactive
 
 
 def _wqe_index(cols: dict[str, np.ndarray]):
