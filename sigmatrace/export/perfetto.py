@@ -254,11 +254,15 @@ class PerfettoOutput(Output):
         links = [self._link(p.index, rows, np.full(b.n, k, np.uint64)) * (width > k)
                  for k in range(int(width.max()) if b.n else 0)]
         out = []
+        depth = b["depth"].astype(np.int64)
+        # begins outermost first, ends innermost first: slices that share a timestamp still nest
         m = np.flatnonzero(closed)
+        m = m[np.lexsort((depth[m], b["ns"][m]))]
         if len(m):
             sub = [(a[0], a[1][m]) + ((a[2][m],) if len(a) > 2 else ()) for a in args]
             out.append(self._encode(b["ns"][m], track[m], name[m], sub, [fl[m] for fl in links], None, SLICE_BEGIN,
                                     count_flows=False))
+            m = m[np.lexsort((-depth[m], b["end_ns"][m]))]
             end = [("ret", b["ret"][m].astype(np.int64), None, "i"),
                    ("dest", b["dest"][m], b["dest"][m] != 0)]
             out.append(self._encode(b["end_ns"][m], track[m], name[m], end, [], None, SLICE_END))
