@@ -225,11 +225,16 @@ def _walk(problems: list, s: StreamInfo, recs: np.ndarray):
     T, A32, F = (recs[k].tolist() for k in ("type", "aux32", "flags"))
     is_call, nested = RT.CALL, fmt.RecFlag.NESTED
 
+    seen: dict[str, list] = {}   # kind of damage -> [count, the first one's words]: one problem each
+
+    def damage(kind: str, text: str) -> None:
+        d = seen.setdefault(kind, [0, text])
+        d[0] += 1
+
     def unclosed(j: int, why: str) -> None:
         r = recs[calls[j]]
         name = ly.function_name(int(r["aux"]), int(r["op"]))
-        problems.append(Problem(s.path, None, f"thread {tid}: {name} call #{int(r['aux32'])} has no CALL_END "
-                                              f"({why}); kept without its end"))
+        damage(why, f"{name} call #{int(r['aux32'])} has no CALL_END ({why}); kept without its end")
 
     for i, (t, k, f) in enumerate(zip(T, A32, F)):
         if t == is_call:
@@ -252,9 +257,8 @@ def _walk(problems: list, s: StreamInfo, recs: np.ndarray):
             pos = next((d for d in range(len(stack) - 1, -1, -1) if A32[calls[stack[d]]] == k), None)
             if pos is None:
                 r = recs[i]
-                problems.append(Problem(s.path, None, f"thread {tid}: CALL_END of "
-                                                      f"{ly.function_name(int(r['aux']), int(r['op']))} call #{k} "
-                                                      "without its CALL; ignored"))
+                damage("orphan", f"CALL_END of {ly.function_name(int(r['aux']), int(r['op']))} call #{k} "
+                                 "without its CALL; ignored")
                 continue
             for j in reversed(stack[pos + 1:]):
                 unclosed(j, "its enclosing call returned first")
@@ -264,6 +268,9 @@ def _walk(problems: list, s: StreamInfo, recs: np.ndarray):
         bactive.append(calls[stack[-1]] if stack else -1)
     for j in reversed(stack):
         unclosed(j, "the thread's records end inside it")
+    for n, text in seen.values():
+        more = f" (and {n - 1} more like it)" if n > 1 else ""
+        problems.append(Problem(s.path, None, f"thread {tid}: {text}{more}"))
     return calls, ends, parents, depths, bpos, bactive
 
 

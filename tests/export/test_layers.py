@@ -334,3 +334,21 @@ def test_perfetto_cpu_posted_sends_flow_to_the_peer(tmp_path):
     rep = build_report(TraceDir(dirs[0]))
     assert rep["layers"]["ucx"]["calls"] == {"uct_ep_am_short": 6, "ucp_am_send_nbx": 6}
     assert rep["wqe_ops"] == {"SEND": 12}
+
+
+def test_many_lost_ends_are_one_problem(tmp_path):
+    """A full ring drops records: 50 CALL_ENDs lost are one problem that counts them, not 50."""
+    t = SynthTrace(seed=8)
+    a = t.process("node-a", 1001)
+    t0 = a.end_ns + 10_000
+    for i in range(50):
+        t.call(a, a.main_tid, t0 + i * 1000, ly.Layer.UCP, 2, size=8)      # ucp_get_nbx, never ends
+    k = t.call(a, a.main_tid, t0 + 60_000, ly.Layer.UCP, 2, size=8)
+    t.call_end(a, a.main_tid, t0 + 61_000, ly.Layer.UCP, 2, k)
+    dirs = t.write(tmp_path / "run")
+    model, parts = stream_parts(dirs)
+    [calls] = [b for kk, pid, b in parts if kk == "calls"]
+    assert calls.n == 51 and int(calls["closed"].sum()) == 1
+    assert [str(p).split(": ", 1)[1] for p in model.problems] == [
+        "thread 1001: ucp_get_nbx call #1 has no CALL_END (a later call of the thread is not nested in it); "
+        "kept without its end (and 49 more like it)"]
