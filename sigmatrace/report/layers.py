@@ -39,7 +39,6 @@ HOT_CALLS = {lv.Call.POST_SEND: "ibv_post_send", lv.Call.POST_RECV: "ibv_post_re
              lv.Call.POLL_CQ: "ibv_poll_cq", lv.Call.POST_SRQ_RECV: "ibv_post_srq_recv"}
 # the live block's call slot of each layer above verbs
 LIVE_SLOT = {ly.Layer.UCP: lv.Call.UCP, ly.Layer.UCT: lv.Call.UCT, ly.Layer.LIBFABRIC: lv.Call.LIBFABRIC}
-_SUB = SUBLAYERS
 
 
 def _empty() -> dict:
@@ -48,18 +47,17 @@ def _empty() -> dict:
 
 def compute(td: TraceDir, model: RunModel) -> dict:
     acc = {name: _empty() for name in LAYERS}
-    sub = {name: new_counts() | {"hooked_calls": 0} for name in _SUB.values()}
-    for name in ("verbs",):
-        acc[name].update(recv_wrs=0, recv_bytes=0)
+    sub = {name: new_counts() | {"hooked_calls": 0} for name in SUBLAYERS.values()}
+    acc["verbs"].update(recv_wrs=0, recv_bytes=0)
     acc["mlx5"].update(doorbells=0, cpu_wqes=0, gpu_wqes=0)
     acc["cuda"].update(substitutions=0)
-    _calls(model, sub)
-    # the damage met pairing calls, with the other problems of the report
+    for t in model.calls.values():
+        count_calls(t, sub)
     for p in model.procs:
+        # the damage met pairing calls goes with the other problems of the report
         t = model.calls.get(p.index)
         for pr in t.problems if t is not None else ():
             p.pt.add_problem(pr)
-    for p in model.procs:
         _live(p, acc, sub)
         _cold(p, acc)
         _cxi(p.pt, acc)
@@ -82,12 +80,6 @@ def compute(td: TraceDir, model: RunModel) -> dict:
     return {"layers": out}
 
 
-def _calls(model: RunModel, sub: dict) -> None:
-    """Calls, operations and bytes of the layers above verbs, from the paired CALL records."""
-    for t in model.calls.values():
-        count_calls(t, sub)
-
-
 def _live(p, acc: dict, sub: dict) -> None:
     if p.live is None:
         return
@@ -97,7 +89,7 @@ def _live(p, acc: dict, sub: dict) -> None:
             if int(t["calls"][call]):
                 v["calls"][name] += int(t["calls"][call])
         for la, slot in LIVE_SLOT.items():
-            sub[_SUB[la]]["hooked_calls"] += int(t["calls"][slot])
+            sub[SUBLAYERS[la]]["hooked_calls"] += int(t["calls"][slot])
         v["ops"] += int(t["ops"].sum())
         v["bytes"] += int(t["bytes"].sum())
         v["recv_wrs"] += int(t["recv_wrs"])
