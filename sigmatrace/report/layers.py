@@ -142,20 +142,29 @@ def render(report: dict, console) -> None:
     from rich.table import Table
 
     layers = report.get("layers") or {}
-    if not any(d.get("ops") or d.get("calls") for d in layers.values()):
+    if not any(d.get("ops") or _ncalls(d) for d in layers.values()):
         return
     t = Table(title="Layers")
     for col in ("layer", "calls", "ops", "bytes", "functions"):
         t.add_column(col, justify="right" if col in ("calls", "ops", "bytes") else "left")
     for name, d in layers.items():
         calls = d.get("calls", {})
-        if not calls and not d.get("ops"):
+        if not _ncalls(d) and not d.get("ops"):
             continue
         top = ", ".join(f"{k} {v}" for k, v in sorted(calls.items(), key=lambda kv: -kv[1])[:4])
         if len(calls) > 4:
             top += f", ... ({len(calls)} functions)"
-        t.add_row(name, str(sum(calls.values())), str(d.get("ops", 0)), str(d.get("bytes", 0)), top or "-")
+        t.add_row(name, str(_ncalls(d)), str(d.get("ops", 0)), str(d.get("bytes", 0)), top or "-")
         for s in ("ucp", "uct"):
-            if s in d and d[s]["calls"]:
-                t.add_row(f"  {s}", str(sum(d[s]["calls"].values())), str(d[s]["ops"]), str(d[s]["bytes"]), "")
+            if s in d and _ncalls(d[s]):
+                t.add_row(f"  {s}", str(_ncalls(d[s])), str(d[s]["ops"]), str(d[s]["bytes"]), "")
     console.print(t)
+
+
+def _ncalls(d: dict) -> int:
+    """The calls of a layer: from its records, or (aggregate mode: no records) the live block's
+    count of its hooked calls."""
+    n = sum(d.get("calls", {}).values())
+    if not n:
+        n = d.get("hooked_calls", 0) + sum(d[s].get("hooked_calls", 0) for s in ("ucp", "uct") if s in d)
+    return n

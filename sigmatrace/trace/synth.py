@@ -459,6 +459,9 @@ class SynthTrace:
         """A CALL record; returns its aux32 (the call's number on the thread)."""
         p.call_seq[tid] += 1
         k = p.call_seq[tid]
+        p.end_ns = max(p.end_ns, int(t_ns) + 1000)
+        if p.mode == "aggregate":          # counted in the live block only
+            return k
         p.stream(tid).add([t_ns], records(1, type=fmt.RecType.CALL, aux=layer, op=op, extra=ep, len=size, addr=raddr,
                                           key=rkey & 0xFFFFFFFF, qpn=qpn, aux32=k,
                                           flags=fmt.RecFlag.NESTED if nested else 0))
@@ -468,6 +471,9 @@ class SynthTrace:
 
     def call_end(self, p: SynthProcess, tid: int, t_ns: int, layer: int, op: int, k: int, *, ret: int = 0,
                  err: bool = False, qpn: int = 0, dest: int = 0, wqe_range: tuple[int, int] | None = None) -> None:
+        p.end_ns = max(p.end_ns, int(t_ns) + 1000)
+        if p.mode == "aggregate":
+            return
         extra = 0
         if wqe_range is not None:
             extra = ly.WQE_RANGE_VALID | (wqe_range[0] & 0xFFFF) | ((wqe_range[1] & 0xFFFF) << 16)

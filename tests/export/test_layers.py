@@ -352,3 +352,20 @@ def test_many_lost_ends_are_one_problem(tmp_path):
     assert [str(p).split(": ", 1)[1] for p in model.problems] == [
         "thread 1001: ucp_get_nbx call #1 has no CALL_END (a later call of the thread is not nested in it); "
         "kept without its end (and 49 more like it)"]
+
+
+def test_report_layers_in_aggregate_mode(tmp_path):
+    """No CALL records: the calls are the live block's counts, the verbs and mlx5 figures its totals."""
+    t, dirs = build_layers(tmp_path / "run", mode="aggregate")
+    rep = build_report(TraceDir(dirs[0]))
+    L = rep["layers"]
+    assert "CALL" not in rep["records"] and L["ucx"]["calls"] == {} and L["libfabric"]["calls"] == {}
+    assert (L["ucx"]["ucp"]["hooked_calls"], L["ucx"]["uct"]["hooked_calls"], L["libfabric"]["hooked_calls"]) == \
+        (10, 10, 5)
+    assert (L["verbs"]["ops"], L["verbs"]["bytes"], L["mlx5"]["ops"], L["mlx5"]["cpu_wqes"]) == (5, 20480, 20, 20)
+    r = subprocess.run([sys.executable, "-m", "sigmatrace.cli.main", "report", str(dirs[0])],
+                       capture_output=True, text=True, timeout=60, env={"COLUMNS": "200", "PATH": "/usr/bin"})
+    rows = {line.split()[0]: line.split()[1:4] for line in r.stdout.replace("│", " ").splitlines()
+            if line.split() and line.split()[0] in ("ucx", "ucp", "uct", "libfabric")}
+    assert rows == {"ucx": ["20", "0", "0"], "ucp": ["10", "0", "0"], "uct": ["10", "0", "0"],
+                    "libfabric": ["5", "0", "0"]}
