@@ -574,6 +574,37 @@ class SynthTrace:
         p.end_ns = max(p.end_ns, t0 + n * period_ns + 5000)
         return p.end_ns
 
+    def ucx_verbs_puts(self, q: Qp, n: int, size: int = 1024, start_ns: int | None = None,
+                       period_ns: int = 3000) -> int:
+        """`n` ucp_put_nbx calls through UCT's rc_verbs transport: each UCP call encloses a
+        uct_ep_put_zcopy (no WQE range: the queue is libibverbs') that encloses the verbs RDMA
+        write it posted (SEND_WR in full mode, POST_SEND in simple mode), unsignaled."""
+        p = q.proc
+        tid = q.tid
+        t0 = start_ns if start_ns is not None else p.end_ns + 10_000
+        t = t0 + np.arange(n, dtype=np.int64) * period_ns
+        raddr, rkey = 0x7F00_0000_0000 + q.peer.qpn * 0x10000, q.peer.qpn * 16 + 2
+        e = self.expected
+        tt = p.thread_totals[tid]
+        for i in range(n):
+            ku = self.call(p, tid, int(t[i]), ly.Layer.UCP, 1, ep=0x5D00_0000 + q.qpn, size=size, raddr=raddr, rkey=rkey)
+            kt = self.call(p, tid, int(t[i]) + 100, ly.Layer.UCT, 3, nested=True, ep=0x5E00_0000 + q.qpn, size=size,
+                           raddr=raddr, rkey=rkey, qpn=q.qpn)
+            self.call_end(p, tid, int(t[i]) + 300, ly.Layer.UCT, 3, kt, qpn=q.qpn)
+            self.call_end(p, tid, int(t[i]) + 400, ly.Layer.UCP, 1, ku)
+            e.call_parent[(p.pid, tid, ku)] = None
+            e.call_parent[(p.pid, tid, kt)] = (tid, ku)
+            e.call_children[(p.pid, tid, kt)] += 1
+        self._sends(q, t + 200, size, WR_RDMA_WRITE, signaled=False, wr_id=7000 + np.arange(n))
+        e.calls[(p.pid, "ucp", "ucp_put_nbx")] += n
+        e.calls[(p.pid, "uct", "uct_ep_put_zcopy")] += n
+        e.call_bytes[(p.pid, "ucp")] += n * size
+        e.call_bytes[(p.pid, "uct")] += n * size
+        tt["calls"][lv.Call.UCP] += n
+        tt["calls"][lv.Call.UCT] += n
+        p.end_ns = max(p.end_ns, int(t[-1]) + 5000) if n else p.end_ns
+        return p.end_ns
+
     def fi_writes(self, q: Qp, n: int, size: int = 4096, start_ns: int | None = None, period_ns: int = 3000,
                   dest: int = 1) -> int:
         """`n` fi_writemsg calls on q's thread, each enclosing the verbs RDMA write it posted

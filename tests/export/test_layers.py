@@ -7,6 +7,7 @@ import subprocess
 import sys
 
 import numpy as np
+import pytest
 
 from sigmatrace.correlate.model import RunModel
 from sigmatrace.correlate.stream import CorrelatedStream
@@ -369,3 +370,54 @@ def test_report_layers_in_aggregate_mode(tmp_path):
             if line.split() and line.split()[0] in ("ucx", "ucp", "uct", "libfabric")}
     assert rows == {"ucx": ["20", "0", "0"], "ucp": ["10", "0", "0"], "uct": ["10", "0", "0"],
                     "libfabric": ["5", "0", "0"]}
+
+
+@pytest.mark.parametrize("mode", ["full", "simple"])
+def test_ucp_uct_verbs_three_levels(tmp_path, mode):
+    """UCX over rc_verbs: a UCP call holds its UCT call, which holds the verbs post it made, in
+    the correlator, in Perfetto and in sql."""
+    from collections import Counter
+
+    from sigmatrace.correlate.output import write
+    from sigmatrace.export.perfetto import PerfettoOutput
+
+    from .conftest import parse_perfetto
+    t = SynthTrace(seed=9)
+    a = t.process("node-a", 1001, mode=mode)
+    b = t.process("node-b", 2002, mode=mode)
+    qa, qb = t.rc_pair(a, b)
+    t.ucx_verbs_puts(qa, 7, size=1024)
+    dirs = t.write(tmp_path / "run")
+    model, parts = stream_parts(dirs)
+    assert model.problems == []
+    [calls] = [c for k, pid, c in parts if k == "calls"]
+    uct = calls["layer"] == ly.Layer.UCT
+    host = [h for k, pid, h in parts if k == "host" and pid == 1001]
+    posted = fmt.RecType.SEND_WR if mode == "full" else fmt.RecType.POST_SEND
+    kids = np.concatenate([h["call"][h["type"] == posted] for h in host])
+    assert sorted(kids.tolist()) == sorted(calls["id"][uct].tolist())
+    out = tmp_path / "v.pftrace"
+    write(RunModel.load(dirs), [PerfettoOutput(out)])
+    pt = parse_perfetto(out)
+    B, E, _ = pb_types()
+    main = sorted(((p.timestamp, te) for p, te in pt.events if "cold" not in te.categories
+                   and pt.tracks[te.track_uuid].HasField("thread")), key=lambda x: x[0])
+    stack, seen = [], Counter()
+    for _, te in main:
+        if te.type == E:
+            stack.pop()
+            continue
+        seen[(pt.name(te), tuple(stack))] += 1
+        if te.type == B:
+            stack.append(pt.name(te))
+    assert seen == Counter({("ucp_put_nbx", ()): 7, ("uct_ep_put_zcopy", ("ucp_put_nbx",)): 7,
+                            ("ibv_post_send", ("ucp_put_nbx", "uct_ep_put_zcopy")): 7})
+    rows = _sql(tmp_path, dirs, "SELECT u.op AS ucp, c.op AS uct, v.kind, v.layer, count(*) AS n FROM ops v "
+                                "JOIN ops c ON v.call_id = c.call_id AND v.pid = c.pid AND c.kind = 'call' "
+                                "JOIN ops u ON c.parent_call_id = u.call_id AND u.pid = c.pid "
+                                "WHERE v.kind <> 'call' GROUP BY ALL")
+    assert rows == [{"ucp": "ucp_put_nbx", "uct": "uct_ep_put_zcopy", "kind": "send_wr" if mode == "full" else "post_send",
+                     "layer": "verbs", "n": 7}]
+    rep = build_report(TraceDir(dirs[0]))["layers"]
+    assert (rep["ucx"]["ops"], rep["ucx"]["bytes"], rep["verbs"]["ops"], rep["verbs"]["bytes"]) == (7, 7168, 7, 7168)
+    assert rep["ucx"]["calls"] == {"ucp_put_nbx": 7, "uct_ep_put_zcopy": 7}
