@@ -30,6 +30,13 @@
 #pragma weak cpu_sq_pi
 #pragma weak cpu_sq_snapshot
 
+/* Where the wrappers read send queues: cpu_sq.h's readers, unless st_ucx_queue_source replaced
+ * them (a test harness's fake queues). */
+typedef int (*sq_pi_fn)(uint32_t qpn, uint16_t *pi);
+typedef int (*sq_snapshot_fn)(struct cpu_sq_view *out, int max);
+static sq_pi_fn sq_pi = cpu_sq_pi;
+static sq_snapshot_fn sq_snapshot = cpu_sq_snapshot;
+
 #define UCX_INLINE inline __attribute__((always_inline))
 
 /* ------------------------------------------------------------------------------------------ */
@@ -182,7 +189,7 @@ enum uct_tp_kind {
 
 static ST_COLD void uct_learn_begin(struct uct_call *u)
 {
-    u->nsnap = cpu_sq_snapshot(u->snap, SNAP_MAX);
+    u->nsnap = sq_snapshot(u->snap, SNAP_MAX);
     if (u->nsnap <= 0)
         u->nsnap = 0;
 }
@@ -192,7 +199,7 @@ static ST_COLD void uct_learn_begin(struct uct_call *u)
 static ST_COLD uint32_t uct_learn_end(struct uct_call *u, uint16_t *pi0, uint16_t *pi1)
 {
     struct cpu_sq_view after[SNAP_MAX];
-    int n = cpu_sq_snapshot(after, SNAP_MAX);
+    int n = sq_snapshot(after, SNAP_MAX);
     uint32_t found = 0;
     for (int i = 0; i < n; i++) {
         int j = 0;
@@ -217,11 +224,11 @@ static UCX_INLINE void uct_begin(struct uct_call *u, int kind, uint8_t fn, void 
     u->qpn = 0;
     u->pi0 = -1;
     u->nsnap = 0;
-    if (kind != TP_VERBS && cpu_sq_pi && st_recording() && st_g.mode != ST_MODE_AGGREGATE) {
+    if (kind != TP_VERBS && sq_pi && st_recording() && st_g.mode != ST_MODE_AGGREGATE) {
         uint16_t pi;
-        if (kind == TP_MLX5 && (u->qpn = ep_qpn(ep)) != 0 && cpu_sq_pi(u->qpn, &pi) == 0)
+        if (kind == TP_MLX5 && (u->qpn = ep_qpn(ep)) != 0 && sq_pi(u->qpn, &pi) == 0)
             u->pi0 = pi;
-        else if (cpu_sq_snapshot)
+        else if (sq_snapshot)
             uct_learn_begin(u);
     }
     layer_call_begin(&u->c, ST_LAYER_UCT, fn, u->qpn, clamp32(len), (uint32_t)rkey, raddr, (uint64_t)(uintptr_t)ep);
@@ -235,7 +242,7 @@ static UCX_INLINE void uct_end(struct uct_call *u, int kind, int64_t key, int po
     uint32_t qpn = u->qpn;
     if (u->pi0 >= 0) {
         uint16_t pi1;
-        if (cpu_sq_pi(qpn, &pi1) == 0) {
+        if (sq_pi(qpn, &pi1) == 0) {
             extra = ST_CALL_WQE_RANGE(u->pi0, pi1);
             if (posts && key >= 0 && pi1 == (uint16_t)u->pi0)
                 ep_qpn_set(u->ep, 0); /* the endpoint's memory now holds another one: learn again */
@@ -518,4 +525,13 @@ ST_EXPORT int st_ucx_got_hook(void **slot, void *repl, int prot)
 ST_EXPORT void st_ucx_got_restore(void) { got_restore_all(0, NULL); }
 
 /* Whether the runtime can link UCT calls to CPU-posted WQEs (the agent reports it). */
-ST_EXPORT int st_ucx_wqe_links(void) { return cpu_sq_pi && cpu_sq_snapshot ? 1 : 0; }
+ST_EXPORT int st_ucx_wqe_links(void) { return sq_pi && sq_snapshot ? 1 : 0; }
+
+/* Read send queues from these functions instead (both NULL: link no call to WQEs); for a test
+ * harness, before any call is made.  The endpoint -> QP table is emptied. */
+ST_EXPORT void st_ucx_queue_source(sq_pi_fn pi, sq_snapshot_fn snapshot)
+{
+    sq_pi = pi;
+    sq_snapshot = snapshot;
+    memset(ep_qps, 0, sizeof(ep_qps));
+}

@@ -34,7 +34,7 @@ def wqe_range(a, b):
 @pytest.fixture(scope="module", params=["cpu_sq", "no_cpu_sq"])
 def ucx_harness(request, tmp_path_factory):
     exe = tmp_path_factory.mktemp("ucx") / "ucx_harness"
-    extra = ["-DFAKE_CPU_SQ", "-rdynamic"] if request.param == "cpu_sq" else []
+    extra = ["-DFAKE_CPU_SQ"] if request.param == "cpu_sq" else []
     subprocess.run(["cc", "-O2", "-Wall", *extra, f"-I{INCLUDE}", str(HERE / "native" / "ucx_harness.c"),
                     "-o", str(exe), "-ldl"], check=True)
     return exe, request.param == "cpu_sq"

@@ -1,6 +1,6 @@
 /* Drives the ucx provider's wrappers of libsigmatrace_rt.so (ucx_hot.c) directly, with fake UCX
- * functions as their originals and (built with -DFAKE_CPU_SQ -rdynamic) a fake table of
- * CPU-written send queues that the runtime's weak cpu_sq_pi / cpu_sq_snapshot bind to.  So the
+ * functions as their originals and (built with -DFAKE_CPU_SQ) a fake table of CPU-written send
+ * queues given to the runtime with st_ucx_queue_source (without: none at all).  So the
  * records, the UCP -> UCT nesting and the endpoint -> QP learning can be checked exactly
  * without Frida, UCX or a NIC.
  *
@@ -36,8 +36,7 @@ struct cpu_sq_view {
 
 static struct cpu_sq_view queues[3] = {{0x100, 10}, {0x200, 65534}, {0x300, 0}};
 
-#ifdef FAKE_CPU_SQ
-int cpu_sq_pi(uint32_t qpn, uint16_t *pi)
+__attribute__((unused)) static int fake_sq_pi(uint32_t qpn, uint16_t *pi)
 {
     for (int i = 0; i < 3; i++)
         if (queues[i].qpn == qpn) {
@@ -47,14 +46,13 @@ int cpu_sq_pi(uint32_t qpn, uint16_t *pi)
     return -1;
 }
 
-int cpu_sq_snapshot(struct cpu_sq_view *out, int max)
+__attribute__((unused)) static int fake_sq_snapshot(struct cpu_sq_view *out, int max)
 {
     int n = 0;
     for (int i = 0; i < 3 && n < max; i++)
         out[n++] = queues[i];
     return n;
 }
-#endif
 
 /* which queue each endpoint posts to (epA moves to 0x300 at call 7) */
 static char epA, epB, epC, worker;
@@ -128,6 +126,12 @@ int main(int argc, char **argv)
     void (*st_stop)(int) = dlsym(rt, "st_stop");
     int (*set_original)(const char *, void *) = dlsym(rt, "st_set_original");
     int (*wqe_links)(void) = dlsym(rt, "st_ucx_wqe_links");
+    void (*queue_source)(void *, void *) = dlsym(rt, "st_ucx_queue_source");
+#ifdef FAKE_CPU_SQ
+    queue_source(fake_sq_pi, fake_sq_snapshot);
+#else
+    queue_source(NULL, NULL);
+#endif
     char cfg[8192];
     snprintf(cfg, sizeof cfg, "dir=%s\nmode=%s\n", argv[2], argv[3]);
     if (st_init(cfg) != 0) {
