@@ -38,6 +38,7 @@ pytestmark = [
 ]
 
 ITERS = 30
+RING = 1 << 21      # records per thread: room for ucx_perftest's flush loops on a loaded machine
 CALL, END = int(fmt.RecType.CALL), int(fmt.RecType.CALL_END)
 UCP, UCT = int(Layer.UCP), int(Layer.UCT)
 NESTED, ERR = 0x80, 0x10
@@ -60,6 +61,7 @@ def traced_pair(fabric, args, env, out, mode, timeout=240):
     port = free_port()
     server = simnic_run(fabric, "ucx_perftest", "-p", str(port), *args)
     client = simnic_run(fabric, *sigmatrace_cmd(), "spawn", "-q", "-m", mode, "-p", "verbs,mlx5,ucx",
+                        "--ring-records", str(RING),
                         "-o", str(out), "--", "ucx_perftest", "-p", str(port), *args, "127.0.0.1")
     srv, cli = run_pair(server, client, env, timeout, ready=lambda: tcp_listening(port),
                         retry_on="Connection refused")
@@ -86,25 +88,36 @@ class Trace:
         self.recs = np.concatenate(streams)
         callers = [s for s in streams if (s["type"] == CALL).any()]
         assert len(callers) == 1, "UCX calls on more than one thread"
-        self.hooks = [json.loads(line) for line in (p.path / "cold.jsonl").read_text().splitlines()
-                      if '"ev":"ucx_hooks"' in line]
+        self.events = [json.loads(line) for line in (p.path / "cold.jsonl").read_text().splitlines()]
+        self.hooks = [e for e in self.events if e["ev"] == "ucx_hooks"]
         own = callers[0]
+        self.dropped = int(p.live().header["records_dropped"])
         self.calls = own[own["type"] == CALL]
         self.ends = {int(r["aux32"]): r for r in own[own["type"] == END]}
         self.children = {}      # CALL number -> its child records
+        # A full ring drops records (counted): ucx_perftest's flush loops (uct_ep_flush until the
+        # queue drained, each call recorded) can outrun the flusher of a loaded machine.  Only
+        # flushes may have lost their CALL or CALL_END, and only when records were dropped.
+        broken = []
         stack = []
         for r in own:
-            t = int(r["type"])
+            t, n = int(r["type"]), int(r["aux32"])
             if t == END:
-                assert stack and stack[-1] == int(r["aux32"]), "CALL_END without its CALL"
+                if n not in stack:
+                    broken.append(r)            # its CALL was dropped
+                    continue
+                while stack[-1] != n:
+                    broken.append(self.calls[self.calls["aux32"] == stack.pop()][0])   # its END was
                 stack.pop()
                 continue
             if stack:
                 self.children[stack[-1]].append(r)
             if t == CALL:
-                stack.append(int(r["aux32"]))
-                self.children[int(r["aux32"])] = []
-        assert not stack, "a CALL without its CALL_END"
+                stack.append(n)
+                self.children[n] = []
+        broken += [self.calls[self.calls["aux32"] == n][0] for n in stack]
+        assert not broken or self.dropped > 0, "a CALL without its CALL_END (or the reverse), no drop"
+        assert all((int(r["aux"]), int(r["op"])) == (UCT, UCT_FN["flush"]) for r in broken), broken
 
     def wqe_links(self) -> bool:
         return any(h["wqe_links"] for h in self.hooks)
@@ -117,6 +130,13 @@ class Trace:
 
     def kids(self, call):
         return self.children[int(call["aux32"])]
+
+    def cold(self, ev):
+        return [e for e in self.events if e["ev"] == ev]
+
+    def recs_of_thread_ends(self):
+        """The calling thread's CALL_ENDs in order."""
+        return [self.ends[n] for n in sorted(self.ends)]
 
 
 def key(r) -> int:
@@ -146,18 +166,32 @@ def check_uct(tr: Trace, fn: str, expected: int, size: int, bcopy: bool):
     return ok
 
 
-def check_wqe_links(tr: Trace, ok, tl: str):
-    """rc_mlx5 calls name their QP and WQE range when the runtime knows the program's send
-    queues; none does otherwise (rc_verbs calls never: their work requests are children)."""
+def check_wqe_links(tr: Trace, ok, tl: str, tiles: bool = True):
+    """rc_mlx5 calls name their QP and WQE range when the runtime knows the program's RC send
+    queues (`cpu_sq` cold events: queues UCX made through mlx5dv_init_obj or DevX, as far as the
+    CPU-posted WQE capture tracks them); none does otherwise, nor any rc_verbs call (its work
+    requests are children).  Each of these operations is one 64-byte WQE.  With TILES, the
+    ranges of all UCT calls on the QP follow one another from index 0 to the index the queue
+    had when it was destroyed: no WQE posted outside a call, none counted twice."""
+    queues = {q["qpn"]: q for q in tr.cold("cpu_sq") if q["st"] == "RC"}     # UCP's UD queues aside
+    gone = {q["qpn"]: q["pi"] for q in tr.cold("cpu_sq_gone")}
     ends = [tr.end(c) for c in ok]
-    if tl == "rc_mlx5" and tr.wqe_links():
-        assert all(int(e["extra"]) & WQE_RANGE_VALID for e in ends)
-        assert len({int(e["qpn"]) for e in ends}) == 1 and int(ends[0]["qpn"]) != 0
-        # each posted: its range is not empty, and the ranges follow one another
-        ranges = [(int(e["extra"]) & 0xffff, (int(e["extra"]) >> 16) & 0xffff) for e in ends]
-        assert all(lo != hi for lo, hi in ranges)
-    else:
+    if tl != "rc_mlx5" or not tr.wqe_links() or not queues:
         assert all(int(e["extra"]) == 0 and int(e["qpn"]) == 0 for e in ends)
+        return None
+    assert all(int(e["extra"]) & WQE_RANGE_VALID for e in ends)
+    qpns = {int(e["qpn"]) for e in ends}
+    assert len(qpns) == 1 and qpns <= set(queues), (qpns, queues)
+    qpn = qpns.pop()
+    assert all((((int(e["extra"]) >> 16) - int(e["extra"])) & 0xffff) == 1 for e in ends)
+    if tiles:
+        ranges = [(int(e["extra"]) & 0xffff, (int(e["extra"]) >> 16) & 0xffff)
+                  for e in tr.recs_of_thread_ends() if int(e["qpn"]) == qpn and int(e["extra"]) & WQE_RANGE_VALID]
+        assert ranges[0][0] == 0
+        assert all(a[1] == b[0] for a, b in zip(ranges, ranges[1:])), ranges
+        if qpn in gone:
+            assert ranges[-1][1] == gone[qpn] & 0xffff
+    return qpn
 
 
 UCT_CASES = [
@@ -182,6 +216,21 @@ def test_uct_calls_exactly(tl, test, layout, size, fn, extra, fabric, tmp_path):
     assert not any(h["failed"] for h in tr.hooks)
     ok = check_uct(tr, fn, ITERS + extra, size, layout == "bcopy")
     check_wqe_links(tr, ok, tl)
+
+
+@pytest.mark.parametrize("test,layout,size,fn,extra", UCT_CASES)
+def test_rc_mlx5_calls_name_their_wqes(test, layout, size, fn, extra, fabric, tmp_path):
+    """UCX_IB_MLX5_DEVX=n: UCX makes its QPs with verbs and reads their queues with
+    mlx5dv_init_obj, which the CPU-posted WQE capture tracks: every call names its one WQE."""
+    env = {**os.environ, "UCX_IB_MLX5_DEVX": "n"}
+    args = ["-t", test, "-x", "rc_mlx5", "-d", "mlx5_0:1", "-D", layout, "-s", str(size), "-n", str(ITERS),
+            "-w", "0", "-f"]
+    cli = traced_pair(fabric, args, env, tmp_path / "t", "simple")
+    assert iterations(cli.out) == ITERS
+    tr = Trace(tmp_path / "t")
+    ok = check_uct(tr, fn, ITERS + extra, size, layout == "bcopy")
+    assert tr.wqe_links() and [q for q in tr.cold("cpu_sq") if q["st"] == "RC"]
+    assert check_wqe_links(tr, ok, "rc_mlx5") is not None
 
 
 @pytest.mark.parametrize("tl,test,layout,size,fn", [("rc_mlx5", "put_lat", "short", 8, "put_short"),
@@ -222,10 +271,12 @@ def test_rc_verbs_call_encloses_its_work_request(mode, child, fabric, tmp_path):
 UCP_ENV = {"UCX_TLS": "rc_mlx5,ud_mlx5,self"}
 
 
-@pytest.mark.parametrize("mode", ["simple", "full"])
-def test_ucp_put_encloses_one_uct_put(mode, fabric, tmp_path):
+@pytest.mark.parametrize("mode,devx", [("simple", "y"), ("full", "y"), ("simple", "n")])
+def test_ucp_put_encloses_one_uct_put(mode, devx, fabric, tmp_path):
+    """Each ucp_put_nbx encloses one rc_mlx5 put_short (and, with the queues known, its WQE)."""
     args = ["-t", "ucp_put_lat", "-n", str(ITERS), "-w", "0", "-f"]
-    cli = traced_pair(fabric, args, {**os.environ, **UCP_ENV}, tmp_path / "t", mode)
+    env = {**os.environ, **UCP_ENV, "UCX_IB_MLX5_DEVX": devx}
+    cli = traced_pair(fabric, args, env, tmp_path / "t", mode)
     assert iterations(cli.out) == ITERS
     tr = Trace(tmp_path / "t")
     puts = tr.of(UCP, UCP_FN["ucp_put_nbx"])
@@ -243,7 +294,9 @@ def test_ucp_put_encloses_one_uct_put(mode, fabric, tmp_path):
         assert (int(k["aux"]), int(k["op"]), int(k["flags"])) == (UCT, UCT_FN["put_short"], NESTED)
         assert int(k["len"]) == 8 and int(k["addr"]) == int(c["addr"])
     ok = [c for c in uct_puts if key(tr.end(c)) >= 0]
-    check_wqe_links(tr, ok, "rc_mlx5")
+    qpn = check_wqe_links(tr, ok, "rc_mlx5", tiles=False)     # UCP also posts outside UCT calls
+    if devx == "n":
+        assert qpn is not None
 
 
 def test_ucp_tag_send_and_receive(fabric, tmp_path):
