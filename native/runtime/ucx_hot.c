@@ -409,6 +409,11 @@ UCT_VERBS_OPS(UCT_DEFINE, rc_verbs, TP_VERBS)
 /* ------------------------------------------------------------------------------------------ */
 /* UCP wrappers                                                                                */
 
+/* Whether this thread is inside a recorded UCP call: libucp implements some operations with
+ * others (ucp_put_nbi calls ucp_put_nbx, ucp_get_nbi ucp_get_nbx), and the program made one
+ * call, so the inner ones are not recorded. */
+static __thread uint8_t ucp_inside __attribute__((tls_model("initial-exec")));
+
 /* `worker` calls (tag_recv, worker_flush) have no endpoint: their CALL's extra is 0. */
 #define UCP_WRAP(fname, rk, params, args, ep, len, raddr)                                             \
     ST_ORIGINAL(orig_##fname, #fname);                                                                \
@@ -417,12 +422,14 @@ UCT_VERBS_OPS(UCT_DEFINE, rc_verbs, TP_VERBS)
         RET_##rk(*real) params = st_original(&orig_##fname);                                          \
         if (ST_UNLIKELY(!real))                                                                       \
             return FAIL_##rk;                                                                         \
-        if (ST_LIKELY(!st_recording()))                                                               \
+        if (ST_LIKELY(!st_recording()) || ucp_inside)                                                 \
             return real args;                                                                         \
         struct layer_call c;                                                                          \
         layer_call_begin(&c, ST_LAYER_UCP, ST_UCP_##fname, 0, clamp32(len), 0, raddr,                 \
                          (uint64_t)(uintptr_t)(ep));                                                  \
+        ucp_inside = 1;                                                                               \
         RET_##rk ret = real args;                                                                     \
+        ucp_inside = 0;                                                                               \
         int64_t key = KEY_##rk(ret);                                                                  \
         layer_call_end(&c, key, key < 0, 0, 0, 0);                                                    \
         return ret;                                                                                   \

@@ -23,7 +23,7 @@ from conftest import HERE, INCLUDE
 CALL, END = fmt.RecType.CALL, fmt.RecType.CALL_END
 UCP, UCT = int(Layer.UCP), int(Layer.UCT)
 NESTED, ERR = 0x80, 0x10
-PUT_NBX, TAG_SEND, TAG_RECV = 1, 6, 8
+PUT_NBX, PUT_NBI, TAG_SEND, TAG_RECV = 1, 3, 6, 8
 PUT_SHORT, PUT_BCOPY, PUT_ZCOPY, FLUSH = 1, 2, 3, 20
 
 
@@ -67,7 +67,7 @@ def test_records_nesting_and_wqe_links(ucx_harness, tmp_path, mode):
     exe, cpu_sq = ucx_harness
     out = run(exe, tmp_path / "p1", mode)
     assert out["wqe_links"] == (1 if cpu_sq else 0)
-    assert out["ucp_originals"] == 4 and out["pi"] == [13, 4, 2]
+    assert out["ucp_originals"] == 5 and out["pi"] == [13, 4, 3]
     a, b, c, w = out["epA"], out["epB"], out["epC"], out["worker"]
     _, recs = records(tmp_path / "p1")
 
@@ -108,6 +108,10 @@ def test_records_nesting_and_wqe_links(ucx_harness, tmp_path, mode):
         (END, 0, TAG_RECV, UCP, 0, 0, 1, 0, 0, 15),
         (CALL, 0, PUT_BCOPY, UCT, known(0x200), 0, 0x88, 0x6000, b, 16),        # 13: packed 77 B
         (END, 0, PUT_BCOPY, UCT, *link(0x200, 2, 4)[:1], 0, 77, 0, link(0x200, 2, 4)[1], 16),
+        (CALL, 0, PUT_NBI, UCP, 0, 8, 0, 0x7000, a, 17),                        # 14: its ucp_put_nbx
+        (CALL, NESTED, PUT_SHORT, UCT, known(0x300), 8, 0x1234, 0x7000, a, 18),  # is not recorded
+        (END, 0, PUT_SHORT, UCT, *link(0x300, 2, 3)[:1], 0, 0, 0, link(0x300, 2, 3)[1], 18),
+        (END, 0, PUT_NBI, UCP, 0, 0, 0, 0, 0, 17),
     ]
     assert [row(r) for r in recs] == expect
 
@@ -118,5 +122,5 @@ def test_aggregate_mode_counts_calls_without_records(ucx_harness, tmp_path):
     proc, recs = records(tmp_path / "p1")
     assert len(recs) == 0
     calls = proc.live().threads["calls"]
-    assert int(calls[:, lv.Call.UCP].sum()) == 6      # 3 puts, 1 put, tag send, tag recv
-    assert int(calls[:, lv.Call.UCT].sum()) == 10     # 3 nested put_short, 4-9, 13
+    assert int(calls[:, lv.Call.UCP].sum()) == 7      # 3 puts, 1 put, tag send, tag recv, put_nbi
+    assert int(calls[:, lv.Call.UCT].sum()) == 11     # 3 nested put_short, 4-9, 13, 14's put_short

@@ -20,6 +20,8 @@
  *   11   ucp_tag_send_nbx(epA, iov datatype 10 + 20 B): 30 bytes, returns UCS_ERR_IO_ERROR (-3)
  *   12   ucp_tag_recv_nbx(worker, 64 B): extra 0 (no endpoint)
  *   13   rc_mlx5 put_bcopy(epB): the packer's 77 bytes come back as the return value
+ *   14   ucp_put_nbi(epA, 8, raddr 0x7000), implemented (as libucp does) by calling ucp_put_nbx:
+ *        one UCP call recorded, its UCT put_short (queue 0x300) its child
  * Prints the fake queues' final producer indexes as JSON.
  */
 #include <dlfcn.h>
@@ -88,6 +90,12 @@ static void *fake_ucp_put_nbx(void *ep, const void *buf, size_t count, uint64_t 
         uct_put_short(ep, buf, 8, raddr, 0xabcd00001234ull);
     return count == 8 ? NULL : (void *)&calls_ucp;
 }
+static void *(*ucp_put_wrapper)(void *, const void *, size_t, uint64_t, void *, const void *);
+static int8_t fake_ucp_put_nbi(void *ep, const void *buf, size_t length, uint64_t raddr, void *rkey)
+{
+    void *r = ucp_put_wrapper(ep, buf, length, raddr, rkey, NULL);
+    return r == NULL ? 0 : 1;
+}
 static void *fake_ucp_tag_send_nbx(void *ep, const void *buf, size_t count, uint64_t tag, const void *param)
 {
     return (void *)(intptr_t)-3;
@@ -145,7 +153,7 @@ int main(int argc, char **argv)
         {"uct_rc_mlx5_ep_put_short", fake_put_short}, {"uct_rc_mlx5_ep_put_bcopy", fake_put_bcopy},
         {"uct_rc_mlx5_ep_flush", fake_flush},         {"uct_rc_verbs_ep_put_zcopy", fake_put_zcopy},
         {"ucp_put_nbx", fake_ucp_put_nbx},            {"ucp_tag_send_nbx", fake_ucp_tag_send_nbx},
-        {"ucp_tag_recv_nbx", fake_ucp_tag_recv_nbx},
+        {"ucp_tag_recv_nbx", fake_ucp_tag_recv_nbx},  {"ucp_put_nbi", fake_ucp_put_nbi},
     };
     for (size_t i = 0; i < sizeof originals / sizeof originals[0]; i++)
         if (set_original(originals[i].name, originals[i].fn) != 0) {
@@ -158,6 +166,8 @@ int main(int argc, char **argv)
     int8_t (*verbs_put_zcopy)(void *, const void *, size_t, uint64_t, uint64_t, void *) =
         dlsym(rt, "st_uct_rc_verbs_ep_put_zcopy");
     void *(*ucp_put)(void *, const void *, size_t, uint64_t, void *, const void *) = dlsym(rt, "st_ucp_put_nbx");
+    ucp_put_wrapper = ucp_put;
+    int8_t (*put_nbi)(void *, const void *, size_t, uint64_t, void *) = dlsym(rt, "st_ucp_put_nbi");
     void *(*tag_send)(void *, const void *, size_t, uint64_t, const void *) = dlsym(rt, "st_ucp_tag_send_nbx");
     void *(*tag_recv)(void *, void *, size_t, uint64_t, uint64_t, const void *) = dlsym(rt, "st_ucp_tag_recv_nbx");
 
@@ -183,6 +193,7 @@ int main(int argc, char **argv)
     bad |= tag_send(&epA, diov, 2, 99, &piov) != (void *)(intptr_t)-3;                 /* 11 */
     bad |= tag_recv(&worker, buf, 64, 99, ~0ull, NULL) != &calls_ucp;                  /* 12 */
     bad |= put_bcopy(&epB, NULL, NULL, 0x6000, 0x88) != 77;                            /* 13 */
+    bad |= put_nbi(&epA, buf, 8, 0x7000, NULL) != 0;                                   /* 14 */
     st_stop(1);
     printf("{\"ok\": %d, \"ucp_originals\": %d, \"wqe_links\": %d, \"pi\": [%u, %u, %u], \"epA\": %lu, "
            "\"epB\": %lu, \"epC\": %lu, \"worker\": %lu}\n",
