@@ -5,6 +5,7 @@
  * PRM command mailboxes, their transitions) is read by the runtime (native/runtime/
  * devx_state.c): these hooks only hand it the arguments and results.  Cold path: Interceptor
  * attach.  mlx5dv_devx_free_uar stops the UAR's repeater before the register goes away.
+ * mlx5dv_init_obj tells the runtime of send queues the program writes itself (cpu_sq.h).
  */
 'use strict';
 
@@ -54,6 +55,13 @@
       enter(args, self) { self.a = [args[0], args[1], uint64(args[2].toString()), args[3], uint64(args[4].toString())]; },
       leave(ret, self) {
         rfn('st_devx_obj_modify', ['pointer', 'pointer', 'uint64', 'pointer', 'uint64', 'int', 'uint64'])(...self.a, ret.toInt32(), self.ts);
+      },
+    }],
+    // the direct-verbs view of a verbs QP: a send queue the program then writes itself
+    ['mlx5dv_init_obj', {
+      enter(args, self) { self.obj = args[0]; self.types = uint64(args[1].toString()); },
+      leave(ret, self) {
+        rfn('st_mlx5_init_obj', ['pointer', 'uint64', 'int', 'uint64'])(self.obj, self.types, ret.toInt32(), self.ts);
       },
     }],
     ['mlx5dv_devx_obj_destroy', {

@@ -10,12 +10,17 @@
 #include <infiniband/mlx5dv.h>
 #include <sigmatrace/mlx5_prm.h>
 
+#include "cpu_sq_table.h"
 #include "devx_state.h"
 
 /* Mailbox lengths below which a field we read would lie outside: an INIT2RTR mailbox is read
  * through the primary path's remote GID, an object's id ends the output's third dword. */
 #define MODIFY_PATH_END (PRM_QPC_PAP_RGID_BYTE + 16)
 #define OUT_ID_END ((PRM_OFF(PRM_QP_OUT_QPN) + PRM_BITS(PRM_QP_OUT_QPN)) / 8)
+
+/* Each BlueFlame register of a UAR page has two halves of this many bytes, which a producer
+ * alternates (log_bf_reg_size 9: 512-byte registers). */
+#define DEVX_BF_HALF 256
 
 enum obj_kind { OBJ_OTHER = 0, OBJ_QP = 1, OBJ_CQ = 2 };
 
@@ -334,7 +339,18 @@ static void create_qp(void *ctx, const uint8_t *in, uint32_t qpn, void *obj, uin
             attach_qp(g_uars[i].page, q);
             break;
         }
+    /* a send queue in host memory is the program's CPU threads' to write (cpu_sq.h) */
+    struct cpu_sq_info cs = {.qpn = qpn, .st = st, .source = CPU_SQ_DEVX, .ctx = ctx, .sq_addr = q->sq_addr,
+                             .slots = q->slots, .dbr_addr = q->dbr_mem == DB_MEM_HOST ? q->dbr_addr : 0,
+                             .bf_size = DEVX_BF_HALF};
+    for (size_t i = g_n_uars; i-- > 0;)
+        if (g_uars[i].alive && g_uars[i].page_id == uar_page && g_uars[i].ctx == ctx) {
+            cs.bf_reg = g_uars[i].reg_addr;
+            break;
+        }
     devx_unlock();
+    if (q->slots && q->sq_mem == DB_MEM_HOST && cs.dbr_addr)
+        cpu_sq_add(&cs);
     if (!u && !no_sq)
         db_error("devx", "qp 0x%x: its send queue is not in a umem we saw registered (wq_umem_valid %d, id %u): its WQEs cannot be recovered",
                  qpn, wq_valid, wq_umem);
@@ -458,8 +474,10 @@ DB_EXPORT void st_devx_obj_destroy(void *obj, int ret, uint64_t ts)
     if (o) {
         if (ret == 0) {
             o->alive = 0;
-            if (o->qp)
+            if (o->qp) {
                 o->qp->dead = 1; /* its repeater drains and retires it */
+                cpu_sq_forget(o->id);
+            }
         }
         copy = *o;
     }

@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cpu_sq_table.h"
 #include "verbs_hot.h"
 
 #define ST_WR_BATCH 256 /* work requests kept per batch; more are counted, their records dropped */
@@ -466,6 +467,7 @@ static void st_unhook_qpx(struct st_qpx_entry *e)
 /* Before ibv_destroy_qp: its ibv_qp_ex memory is freed afterwards. */
 ST_EXPORT void st_verbs_forget_qp(struct ibv_qp *qp)
 {
+    cpu_sq_forget(qp->qp_num); /* if the program wrote its send queue itself (mlx5dv_init_obj) */
     pthread_mutex_lock(&st_qpx_lock);
     struct st_qpx_entry *e = st_qpx_of((struct ibv_qp_ex *)qp);
     if (e) {
