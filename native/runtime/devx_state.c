@@ -12,6 +12,7 @@
 
 #include "cpu_sq_table.h"
 #include "cpu_uar.h"
+#include "cuda_driver.h"
 #include "devx_state.h"
 
 /* Mailbox lengths below which a field we read would lie outside: an INIT2RTR mailbox is read
@@ -150,8 +151,11 @@ DB_EXPORT void st_devx_uar_alloc(void *ctx, uint32_t flags, void *uar, uint64_t 
     }
     struct mlx5dv_devx_uar *x = uar;
     uint64_t real_reg = (uint64_t)(uintptr_t)x->reg_addr, real_base = (uint64_t)(uintptr_t)x->base_addr, fake_reg = 0;
-    /* CPU threads that ring this UAR ring a page of ours: swapped before the program reads it */
-    struct db_page *cpu_page = cpu_uar_enabled() ? cpu_uar_substitute(real_reg, DEVX_BF_HALF, &fake_reg) : NULL;
+    /* CPU threads that ring this UAR ring a page of ours: swapped before the program reads it.
+     * Not in a process with the CUDA driver: there the UARs are the GPU path's, substituted
+     * when one is handed to a GPU (cuda_subst.c) */
+    struct db_page *cpu_page =
+        cpu_uar_enabled() && !cuda_drv_ready() ? cpu_uar_substitute(real_reg, DEVX_BF_HALF, &fake_reg) : NULL;
     if (cpu_page) {
         x->reg_addr = (void *)(uintptr_t)fake_reg;
         if ((real_base & ~4095ull) == (real_reg & ~4095ull))
