@@ -20,6 +20,7 @@ from test_capture_pingpong import free_port
 from sigmatrace import paths
 from sigmatrace.simnic import sysview
 from sigmatrace.trace.format import RecType
+from sigmatrace.trace.live import QpFlag
 from sigmatrace.trace.reader import TraceDir
 
 
@@ -52,6 +53,13 @@ def events(trace, ev: str) -> list[dict]:
     return [e for e in cold(trace) if e["ev"] == ev]
 
 
+def live_flags(trace, qpn: int) -> QpFlag:
+    [proc] = TraceDir(trace).processes
+    qps = proc.live().qps
+    [flags] = qps[qps["qpn"] == qpn]["flags"].tolist()
+    return QpFlag(flags)
+
+
 def last_pis(trace) -> dict[int, int]:
     """qpn -> the producer index the table read last: when the queue was destroyed, or at the
     session's end."""
@@ -75,6 +83,8 @@ def test_cpu_sq_table_devx_and_init_obj(tmp_path):
         assert sq["sq_addr"] == qp["sq_addr"] and sq["dbr_addr"] == qp["dbr_addr"]
         assert sq["bf_size"] == 256 and sq["bf_reg"] % 4096 == 0x800
         assert last_pis(trace) == {qp["qpn"]: pi}
+        # known as written by the CPU; not watched: --no-doorbells leaves its register alone
+        assert live_flags(trace, qp["qpn"]) & (QpFlag.CPU_SQ | QpFlag.WATCHED) == QpFlag.CPU_SQ
 
     (_, s), (out, c) = spawn_pair(tmp_path / "ud", example("ud_ops"), "--no-doorbells")
     sqs = events(c, "cpu_sq")
@@ -84,6 +94,51 @@ def test_cpu_sq_table_devx_and_init_obj(tmp_path):
     assert sq["bf_size"] == 256 and sq["bf_reg"] % 4096 in (0x800, 0xa00)
     assert last_pis(c) == {sq["qpn"]: 4}
     assert events(s, "cpu_sq") == []
+
+
+def trace_records(trace):
+    td = TraceDir(trace)
+    return np.concatenate([s.read() for p in td.processes for s in p.streams()])
+
+
+def test_devx_rc_wqes_through_the_repeater(tmp_path):
+    """devx_rc's client writes six WQEs into its DevX queue in host memory and rings the UAR with
+    the GPU libraries' 8-byte form: with doorbells on (spawn's default, wqe) each is recorded
+    with its doorbell, opcode, bytes, the server's region and key, local segment and atomic
+    operand; the program's own checks still pass (every byte, fetch-add results, CQEs)."""
+    (_, s), (out, c) = spawn_pair(tmp_path, example("devx_rc"))
+    assert out.splitlines()[-1] == "client: 6 WQEs, 6 CQEs polled by hand"
+    [qp] = events(c, "devx_qp_create")
+    [uar] = events(c, "devx_uar_alloc")
+    [start] = [e for e in events(c, "repeater_start") if e.get("producer") == "cpu"]
+    assert start["repeater"] == uar["cpu_repeater"] and start["uar_reg_addr"] == uar["reg_addr"] & ~4095
+    [region] = [r for r in events(s, "mr_reg") if r["len"] == 65536]
+    recs = trace_records(c)
+    mine = recs[recs["qpn"] == qp["qpn"]]
+    db = mine[mine["type"] == int(RecType.DOORBELL)]
+    assert db["aux32"].tolist() == [1, 2, 3, 4, 5, 6] and db["len"].tolist() == [1] * 6
+    assert set(db["key"].tolist()) == {start["repeater"]}
+    w = mine[mine["type"] == int(RecType.WQE)]
+    base, end = region["addr"] + 4096, region["addr"] + 65536 - 8
+    assert list(zip(w["op"].tolist(), w["len"].tolist(), w["addr"].tolist())) == [
+        (0x08, 4096, base), (0x10, 4096, base), (0x12, 8, end), (0x12, 8, end), (0x12, 8, end), (0x10, 8, end)]
+    assert set(w["key"].tolist()) == {region["rkey"]} and w["aux32"].tolist() == [0, 1, 2, 3, 4, 5]
+    at = mine[mine["type"] == int(RecType.WQE_ATOMIC)]
+    assert at["extra"].tolist() == [100, 200, 300]
+    assert len(mine[mine["type"] == int(RecType.WQE_SEG)]) == 6
+    assert report(c)["wqe_ops"] == {"RDMA_WRITE": 1, "RDMA_READ": 2, "ATOMIC_FA": 3}
+    assert live_flags(c, qp["qpn"]) & (QpFlag.CPU_SQ | QpFlag.WATCHED | QpFlag.DEVX) == \
+        QpFlag.CPU_SQ | QpFlag.WATCHED | QpFlag.DEVX
+
+
+def test_devx_rc_forward_mode_records_doorbells_only(tmp_path):
+    (_, s), (out, c) = spawn_pair(tmp_path, example("devx_rc"), "--doorbells", "forward")
+    assert out.splitlines()[-1] == "client: 6 WQEs, 6 CQEs polled by hand"
+    recs = trace_records(c)
+    assert len(recs[recs["type"] == int(RecType.DOORBELL)]) == 6
+    assert len(recs[recs["type"] == int(RecType.WQE)]) == 0
+    r = report(c)
+    assert r["doorbells"] == 6 and r["wqes"] == 0
 
 
 # ---- UCX's own WQEs: Debian's ucx_perftest, UCT tests, under `sigmatrace spawn` ----------------
@@ -165,6 +220,7 @@ def check_rc_side(me: Side, peer: Side, ops: dict[str, int], size: int, source: 
     assert rep["wqe_losses"] == 0 and rep["drops"] == 0
     [qpn] = set(w["qpn"].tolist())
     assert qpn in cpu_qpns(me, source)
+    assert live_flags(me.trace, qpn) & (QpFlag.CPU_SQ | QpFlag.WATCHED) == QpFlag.CPU_SQ | QpFlag.WATCHED
     data = w[w["op"] != OPC["NOP"]]
     assert set(data["len"].tolist()) == {size}
     if remote:
