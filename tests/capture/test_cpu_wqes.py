@@ -265,6 +265,8 @@ RC_QUICK = ["put_short", "get_zcopy", "am_bcopy", "add64"]   # also through UCX_
 @pytest.mark.parametrize(("devx", "case"), [
     *[pytest.param("devx", case, marks=needs_ucx, id=f"devx-{case}") for case in RC_CASES],
     *[pytest.param("verbs", case, marks=needs_ucx, id=f"init_obj-{case}") for case in RC_QUICK],
+    # doorbells of 8 bytes instead of BlueFlame writes (UCX_IB_MLX5_MMIO_MODE=db)
+    *[pytest.param("db", case, marks=needs_ucx, id=f"devx-mmio_db-{case}") for case in ("put_short", "am_zcopy")],
 ])
 def test_ucx_rc_mlx5_wqes_exactly(tmp_path, devx, case):
     """Every WQE UCX's rc_mlx5 writes itself is in the trace: opcode, count, bytes, one remote
@@ -274,9 +276,9 @@ def test_ucx_rc_mlx5_wqes_exactly(tmp_path, devx, case):
     args = ["-t", test, "-x", "rc_mlx5", "-d", "mlx5_0:1", "-n", str(N), "-w", "0", "-s", str(size), "-f"]
     if layout:
         args += ["-D", layout]
-    env = {"UCX_IB_MLX5_DEVX": "n"} if devx == "verbs" else {}
+    env = {"verbs": {"UCX_IB_MLX5_DEVX": "n"}, "db": {"UCX_IB_MLX5_MMIO_MODE": "db"}}.get(devx, {})
     server, client = ucx_pair(tmp_path, args, env)
-    source = "devx" if devx == "devx" else "init_obj"
+    source = "init_obj" if devx == "verbs" else "devx"
     remote = test not in ("am_lat",)
     qpns = [check_rc_side(client, server, client_ops, nbytes, source, remote)]
     if server_ops is None:      # the get test's server: READs of the client's counter
@@ -288,7 +290,7 @@ def test_ucx_rc_mlx5_wqes_exactly(tmp_path, devx, case):
         assert len(server.wqes()) == 0
     # the QPs are the connected pair: each side's QP is the other's remote (INIT2RTR)
     if len(qpns) == 2:
-        ev, key = ("devx_qp_modify", "remote_qpn") if devx == "devx" else ("qp_modify", "dest_qpn")
+        ev, key = ("qp_modify", "dest_qpn") if devx == "verbs" else ("devx_qp_modify", "remote_qpn")
         for side, mine, theirs in ((client, qpns[0], qpns[1]), (server, qpns[1], qpns[0])):
             assert [e[key] for e in events(side.trace, ev) if e["qpn"] == mine and key in e] == [theirs]
 
