@@ -3,7 +3,10 @@
  * ud_mlx5 always) then writes WQEs into itself, without ibv_post_send.  The mlx5 provider
  * (hooks/mlx5.js) calls st_mlx5_init_obj as the call returns, before the program reads the view. */
 #include <infiniband/mlx5dv.h>
+#include <inttypes.h>
+
 #include "cpu_sq_table.h"
+#include "cpu_uar.h"
 #include "db_env.h"
 #include "wqe_parse.h"
 
@@ -44,4 +47,18 @@ DB_EXPORT void st_mlx5_init_obj(struct mlx5dv_obj *obj, uint64_t types, int ret,
         return;
     }
     cpu_sq_add(&cs);
+    if (!cpu_uar_enabled() || !dv->bf.reg)
+        return;
+    /* from here on the program rings a page of ours (cpu_uar.c) */
+    uint64_t fake = 0;
+    struct db_page *pg = cpu_uar_substitute(cs.bf_reg, dv->bf.size, &fake);
+    if (!pg) {
+        db_cold("\"ev\":\"uar_unwatched\",\"reg_addr\":%" PRIu64 ",\"qpn\":%u,\"why\":\"substitution failed\"", cs.bf_reg,
+                cs.qpn);
+        return;
+    }
+    uint16_t pi = 0;
+    cpu_sq_pi(cs.qpn, &pi);
+    cpu_uar_add_qp(pg, &cs, pi);
+    dv->bf.reg = (void *)(uintptr_t)fake;
 }

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "cpu_sq_table.h"
+#include "cpu_uar.h"
 #include "db_env.h"
 #include "wqe_parse.h"
 
@@ -116,6 +117,7 @@ int cpu_sq_add(const struct cpu_sq_info *in)
                      in->qpn);
         return -1;
     }
+    db_live_qp(in->qpn, ST_QPF_CPU_SQ);
     db_cold("\"ev\":\"cpu_sq\",\"qpn\":%u,\"source\":\"%s\",\"st\":\"%s\",\"sq_addr\":%" PRIu64 ",\"sq_slots\":%u"
             ",\"dbr_addr\":%" PRIu64 ",\"bf_reg\":%" PRIu64 ",\"bf_size\":%u",
             in->qpn, in->source == CPU_SQ_DEVX ? "devx" : "init_obj", st_name(in->st), in->sq_addr, in->slots, in->dbr_addr,
@@ -137,6 +139,7 @@ void cpu_sq_forget(uint32_t qpn)
         if (g_tab[i].info.qpn == qpn)
             __atomic_store_n(&g_tab[i].alive, 0, __ATOMIC_RELEASE);
     pthread_mutex_unlock(&g_lock);
+    cpu_uar_qp_gone(qpn);
     if (known) /* where its producer stood last */
         db_cold("\"ev\":\"cpu_sq_gone\",\"qpn\":%u,\"pi\":%u", qpn, (unsigned)pi);
 }

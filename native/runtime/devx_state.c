@@ -11,6 +11,8 @@
 #include <sigmatrace/mlx5_prm.h>
 
 #include "cpu_sq_table.h"
+#include "cpu_uar.h"
+#include "cuda_driver.h"
 #include "devx_state.h"
 
 /* Mailbox lengths below which a field we read would lie outside: an INIT2RTR mailbox is read
@@ -31,6 +33,8 @@ struct uar_ent {
     int alive, preexisting;
     struct db_page *page;
     uint64_t fake_host, fake_dptr;
+    struct db_page *cpu_page; /* the program's CPU threads ring our page (cpu_uar.c), or NULL */
+    uint64_t cpu_fake;        /* that page */
 };
 struct umem_ent {
     void *umem, *ctx;
@@ -101,6 +105,9 @@ int devx_uar_find(uint64_t addr, uint64_t len, struct devx_uar_view *out)
     for (size_t i = g_n_uars; i-- > 0;) {
         struct uar_ent *u = &g_uars[i];
         uint64_t page = u->reg_addr & ~4095ull;
+        /* the program holds our page in place of the UAR's when its CPU threads ring it */
+        if (u->alive && u->cpu_fake && addr + (len ? len : 1) > u->cpu_fake && addr < u->cpu_fake + 4096)
+            page = u->cpu_fake;
         if (!u->alive || addr + (len ? len : 1) <= page || addr >= page + 4096)
             continue;
         out->reg_addr = u->reg_addr;
@@ -142,23 +149,36 @@ DB_EXPORT void st_devx_uar_alloc(void *ctx, uint32_t flags, void *uar, uint64_t 
                    (uint64_t)(uintptr_t)ctx, flags);
         return;
     }
-    const struct mlx5dv_devx_uar *x = uar;
+    struct mlx5dv_devx_uar *x = uar;
+    uint64_t real_reg = (uint64_t)(uintptr_t)x->reg_addr, real_base = (uint64_t)(uintptr_t)x->base_addr, fake_reg = 0;
+    /* CPU threads that ring this UAR ring a page of ours: swapped before the program reads it.
+     * Not in a process with the CUDA driver: there the UARs are the GPU path's, substituted
+     * when one is handed to a GPU (cuda_subst.c) */
+    struct db_page *cpu_page =
+        cpu_uar_enabled() && !cuda_drv_ready() ? cpu_uar_substitute(real_reg, DEVX_BF_HALF, &fake_reg) : NULL;
+    if (cpu_page) {
+        x->reg_addr = (void *)(uintptr_t)fake_reg;
+        if ((real_base & ~4095ull) == (real_reg & ~4095ull))
+            x->base_addr = (void *)(uintptr_t)((fake_reg & ~4095ull) + (real_base & 4095));
+    }
     devx_lock();
     struct uar_ent *u = grow((void **)&g_uars, &g_n_uars, &g_cap_uars, sizeof(*u));
     if (u) {
         u->uar = uar;
         u->ctx = ctx;
-        u->reg_addr = (uint64_t)(uintptr_t)x->reg_addr;
-        u->base_addr = (uint64_t)(uintptr_t)x->base_addr;
+        u->reg_addr = real_reg;
+        u->base_addr = real_base;
+        u->cpu_page = cpu_page;
+        u->cpu_fake = cpu_page ? fake_reg & ~4095ull : 0;
         u->page_id = x->page_id;
         u->flags = flags;
         u->alive = 1;
     }
     devx_unlock();
     db_cold_at(ts, "\"ev\":\"devx_uar_alloc\",\"fn\":\"mlx5dv_devx_alloc_uar\",\"ctx\":%" PRIu64 ",\"uar\":%" PRIu64
-               ",\"reg_addr\":%" PRIu64 ",\"base_addr\":%" PRIu64 ",\"page_id\":%u,\"flags\":%u,\"ret\":%" PRIu64,
-               (uint64_t)(uintptr_t)ctx, (uint64_t)(uintptr_t)uar, (uint64_t)(uintptr_t)x->reg_addr,
-               (uint64_t)(uintptr_t)x->base_addr, x->page_id, flags, (uint64_t)(uintptr_t)uar);
+               ",\"reg_addr\":%" PRIu64 ",\"base_addr\":%" PRIu64 ",\"page_id\":%u,\"flags\":%u,\"cpu_repeater\":%d,\"ret\":%" PRIu64,
+               (uint64_t)(uintptr_t)ctx, (uint64_t)(uintptr_t)uar, real_reg, real_base, x->page_id, flags,
+               cpu_page ? cpu_page->index : -1, (uint64_t)(uintptr_t)uar);
 }
 
 /* Before the register goes away: its repeater forwards what is pending and stops for good. */
@@ -166,11 +186,12 @@ DB_EXPORT void st_devx_uar_free_enter(void *uar)
 {
     devx_lock();
     struct uar_ent *u = uar_by_ptr(uar);
-    struct db_page *pg = u ? u->page : NULL;
+    struct db_page *pages[2] = {u ? u->page : NULL, u ? u->cpu_page : NULL};
     devx_unlock();
-    if (pg && db_page_stop(pg, 1000) == 0)
-        db_cold("\"ev\":\"repeater_stop\",\"repeater\":%d,\"uar_reg_addr\":%" PRIu64 ",\"why\":\"uar freed\"", pg->index,
-                (uint64_t)(uintptr_t)pg->target);
+    for (int i = 0; i < 2; i++)
+        if (pages[i] && db_page_stop(pages[i], 1000) == 0)
+            db_cold("\"ev\":\"repeater_stop\",\"repeater\":%d,\"uar_reg_addr\":%" PRIu64 ",\"why\":\"uar freed\"",
+                    pages[i]->index, (uint64_t)(uintptr_t)pages[i]->target);
 }
 
 DB_EXPORT void st_devx_uar_free(void *uar, uint64_t ts)
@@ -299,7 +320,8 @@ static void create_qp(void *ctx, const uint8_t *in, uint32_t qpn, void *obj, uin
     q->sq_mem = DB_MEM_UNKNOWN;
     q->dbr_mem = DB_MEM_UNKNOWN;
     devx_lock();
-    struct umem_ent *u = wq_valid ? umem_by_id(ctx, wq_umem) : NULL;
+    /* a umem id without its valid bit is still the NIC's to use (UCX 1.13 sets the ids only) */
+    struct umem_ent *u = wq_valid || wq_umem ? umem_by_id(ctx, wq_umem) : NULL;
     if (u && !no_sq) {
         q->sq_addr = u->addr + wq_off + rq_bytes;
         q->slots = 1u << log_sq;
@@ -311,7 +333,7 @@ static void create_qp(void *ctx, const uint8_t *in, uint32_t qpn, void *obj, uin
             q->slots = 0;
         }
     }
-    struct umem_ent *du = dbr_valid ? umem_by_id(ctx, dbr_umem) : NULL;
+    struct umem_ent *du = dbr_valid || dbr_umem ? umem_by_id(ctx, dbr_umem) : NULL;
     uint64_t dbr_loc = du ? du->addr + dbr_addr : dbr_addr;
     /* the record, where we can read it (a umem we saw; otherwise dbr_addr is the NIC's address) */
     if (du && dbr_addr + 8 <= du->size) {
@@ -333,10 +355,16 @@ static void create_qp(void *ctx, const uint8_t *in, uint32_t qpn, void *obj, uin
         o->qp = q;
         o->alive = 1;
     }
-    /* a QP made after its UAR was substituted goes straight to that repeater */
+    /* a QP made after its UAR was substituted goes straight to that repeater (a send queue in
+     * host memory: the CPU producers' one) */
     for (size_t i = g_n_uars; i-- > 0;)
-        if (g_uars[i].alive && g_uars[i].page && g_uars[i].page_id == uar_page && g_uars[i].ctx == ctx) {
-            attach_qp(g_uars[i].page, q);
+        if (g_uars[i].alive && g_uars[i].page_id == uar_page && g_uars[i].ctx == ctx) {
+            if (g_uars[i].cpu_page && q->sq_mem == DB_MEM_HOST && q->slots) {
+                q->live->flags |= ST_QPF_CPU_SQ;
+                attach_qp(g_uars[i].cpu_page, q);
+            } else if (g_uars[i].page) {
+                attach_qp(g_uars[i].page, q);
+            }
             break;
         }
     /* a send queue in host memory is the program's CPU threads' to write (cpu_sq.h) */
@@ -359,7 +387,7 @@ static void create_qp(void *ctx, const uint8_t *in, uint32_t qpn, void *obj, uin
                ",\"rq_bytes\":%" PRIu64 ",\"dbr_addr\":%" PRIu64 ",\"dbr_umem_id\":%u,\"uar_page\":%u,\"cqn_snd\":%u"
                ",\"cqn_rcv\":%u,\"mem\":\"%s\",\"gpu\":%d,\"ret\":%" PRIu64,
                (uint64_t)(uintptr_t)obj, qpn, st_name(st), pd, log_sq, q->slots, q->sq_addr, wq_umem, wq_off, rq_bytes,
-               dbr_loc, dbr_valid ? dbr_umem : 0, uar_page, cqn_snd, cqn_rcv, mem_name(q->sq_mem), q->gpu,
+               dbr_loc, du ? dbr_umem : 0, uar_page, cqn_snd, cqn_rcv, mem_name(q->sq_mem), q->gpu,
                (uint64_t)(uintptr_t)obj);
 }
 

@@ -1,5 +1,6 @@
 /* Repeater threads: see every value the GPU stores into a substituted doorbell page, account the
  * WQEs it announces, forward it to the real register, record it. */
+#include <emmintrin.h>
 #include <errno.h>
 #include <sched.h>
 #include <stdio.h>
@@ -355,16 +356,23 @@ static void recover_blocks(struct db_page *pg, struct db_qp *q, uint64_t delta, 
  * doorbell covering many (coalesced, or a large batch) says the producer is running ahead. */
 static int copy_after(const struct db_rthread *T, const struct db_page *pg, const struct db_qp *q, uint64_t delta)
 {
+    if (pg->cpu) /* a host queue's copy is a memcpy: the NIC never sees a WQE we did not read */
+        return 0;
     if (T->p.copy_order != DB_COPY_ADAPTIVE)
         return T->p.copy_order == DB_COPY_AFTER;
     uint64_t few = q->slots / 16 > 1 ? q->slots / 16 : 1;
     return delta <= few && pg->quiet_since && mono_ns() - pg->quiet_since >= (uint64_t)T->p.quiet_us * 1000;
 }
 
-/* Doorbell value `raw` (decoded: v) of QP q (NULL: nobody's): account, copy, forward, record. */
+static void forward_cpu(struct db_page *pg, const struct db_qp *q, struct db_value v, uint64_t raw, uint32_t line,
+                        int stale);
+
+/* Doorbell value `raw` (decoded: v) of QP q (NULL: nobody's): account, copy, forward, record.
+ * `line`: the register half of a CPU page it was stored to, or -1 (the page's one register). */
 static void ring_qp(struct db_rthread *T, struct db_page *pg, struct db_qp *q, struct db_value v, uint64_t raw,
-                    uint64_t ts)
+                    uint64_t ts, int line)
 {
+    int stale = 0;
     uint64_t delta = 0;
     uint8_t flags = 0;
     if (q) {
@@ -373,7 +381,14 @@ static void ring_qp(struct db_rthread *T, struct db_page *pg, struct db_qp *q, s
             q->pi = q->known_start ? 0 : v.next;
         }
         uint16_t d = (uint16_t)(v.next - (uint16_t)q->pi);
-        if (d > 0x8000) { /* the producer index went backwards: not a doorbell we can account */
+        if (d > 0x8000 && pg->cpu) {
+            /* a CPU producer's earlier store to the other half, read after its later one: what it
+             * announces was forwarded already (the NIC ignores a producer index it has passed) */
+            stale = 1;
+            g_stats.stale_doorbells++;
+            pg->stale_doorbells++;
+            d = 0;
+        } else if (d > 0x8000) { /* the producer index went backwards: not a doorbell we can account */
             flags |= ST_F_ERR;
             if (g_stats.backward_doorbells++ == 0)
                 db_error("repeater", "qp 0x%x: producer index went back from %u to %u", q->qpn,
@@ -388,7 +403,10 @@ static void ring_qp(struct db_rthread *T, struct db_page *pg, struct db_qp *q, s
     pg->quiet_since = 0;
     if (recover && !after)
         recover_blocks(pg, q, delta, ts);
-    db_mmio_store(pg->target, raw); /* the forward */
+    if (line >= 0) /* the forward */
+        forward_cpu(pg, q, v, raw, (uint32_t)line, stale);
+    else
+        db_mmio_store(pg->target, raw);
 
     struct st_live_repeater *l = pg->live;
     l->doorbells++;
@@ -424,7 +442,7 @@ static void ring_qp(struct db_rthread *T, struct db_page *pg, struct db_qp *q, s
 static void on_doorbell(struct db_rthread *T, struct db_page *pg, uint64_t raw, uint64_t ts)
 {
     struct db_value v = db_decode(raw);
-    ring_qp(T, pg, page_find_qp(pg, v.qpn), v, raw, ts);
+    ring_qp(T, pg, page_find_qp(pg, v.qpn), v, raw, ts, -1);
     pg->last[0] = raw;
     if (__atomic_load_n(&pg->n_qps, __ATOMIC_ACQUIRE) > 1)
         pg->records_due = 1;
@@ -531,7 +549,7 @@ static int forward_hidden_doorbells(struct db_rthread *T, struct db_page *pg, in
         }
         uint16_t to = now_too ? rec : q->dbr_pi;
         uint64_t raw = doorbell_of(q->qpn, to);
-        ring_qp(T, pg, q, db_decode(raw), raw, db_now());
+        ring_qp(T, pg, q, db_decode(raw), raw, db_now(), -1);
         pg->record_doorbells++;
         __atomic_add_fetch(&g_stats.record_doorbells, 1, __ATOMIC_RELAXED);
         if (to != rec) { /* it moved on meanwhile: that part waits its turn */
@@ -549,6 +567,8 @@ static int forward_hidden_doorbells(struct db_rthread *T, struct db_page *pg, in
  * stored, in address order, without records. */
 static void forward_other_words(struct db_page *pg)
 {
+    if (pg->cpu) /* forwarded whole, with their control word (forward_cpu) */
+        return;
     for (int w = 1; w < 8; w++) {
         uint64_t v = __atomic_load_n(&pg->watch[w], __ATOMIC_RELAXED);
         if (v != pg->last[w]) {
@@ -580,10 +600,102 @@ static void flush_page(struct db_page *pg)
     }
 }
 
+/* ---- pages of CPU producers ------------------------------------------------------------------ */
+
+#define BF_HALF_MAX_BLOCKS 4 /* a BlueFlame half holds 256 bytes: a WQE of up to 4 blocks */
+
+/* Forward a CPU producer's store of control word `raw` to register half `line`.  With a WQE in
+ * a host queue we know, as the BlueFlame write of that WQE: its blocks read from the send queue
+ * (what a BlueFlame producer stored, byte for byte, and what a doorbell-only producer's 8 bytes
+ * announce), in 16-byte stores, then flushed.  Otherwise (the GPU libraries' form, ds 0; a queue
+ * we cannot read; an earlier store read late, whose queue slots may be reused) the word alone. */
+static void forward_cpu(struct db_page *pg, const struct db_qp *q, struct db_value v, uint64_t raw, uint32_t line,
+                        int stale)
+{
+    volatile uint8_t *dst = pg->cpu_real + pg->line_off[line];
+    if (!q || stale || !v.ds || !q->slots || q->sq_mem != DB_MEM_HOST) {
+        db_mmio_store((volatile uint64_t *)dst, raw);
+        return;
+    }
+    uint32_t nbb = (v.ds * 16u + MLX5_BB_SIZE - 1) / MLX5_BB_SIZE;
+    if (nbb > BF_HALF_MAX_BLOCKS)
+        nbb = BF_HALF_MAX_BLOCKS;
+    for (uint32_t b = 0; b < nbb; b++) {
+        uint64_t slot = (uint64_t)((v.idx + b) & (q->slots - 1)) << MLX5_BB_SHIFT;
+        const __m128i *src = (const __m128i *)(uintptr_t)(q->sq_addr + slot);
+        volatile __m128i *to = (volatile __m128i *)(dst + ((size_t)b << MLX5_BB_SHIFT));
+        for (int w = 0; w < 4; w++)
+            _mm_store_si128((__m128i *)(uintptr_t)&to[w], _mm_loadu_si128(&src[w]));
+    }
+    __builtin_ia32_sfence();
+}
+
+/* The quiet side of a poll: note when the page went quiet, read the records while one is ahead. */
+static void page_quiet(struct db_rthread *T, struct db_page *pg)
+{
+    if (!pg->quiet_since && T->p.copy_order == DB_COPY_ADAPTIVE)
+        pg->quiet_since = mono_ns();
+    if (pg->records_due)
+        pg->records_due = forward_hidden_doorbells(T, pg, 0) > 0;
+}
+
+struct cpu_store {
+    uint32_t line;
+    uint64_t raw;
+    struct db_value v;
+    struct db_qp *q;
+    uint16_t ahead; /* blocks past what its QP announced (0: none, or an earlier store) */
+};
+
+/* Every register half of a CPU page whose control word changed: forwarded, per QP in producer
+ * index order (a producer alternates halves, so the later store may be read first).  1 if any. */
+static int take_cpu_lines(struct db_rthread *T, struct db_page *pg)
+{
+    struct cpu_store st[DB_PAGE_MAX_LINES];
+    uint32_t n = __atomic_load_n(&pg->n_lines, __ATOMIC_ACQUIRE), k = 0;
+    for (uint32_t i = 0; i < n; i++) {
+        uint64_t raw = __atomic_load_n((volatile uint64_t *)(pg->cpu_fake + pg->line_off[i]), __ATOMIC_ACQUIRE);
+        if (raw == pg->line_last[i])
+            continue;
+        pg->line_last[i] = raw;
+        if (!raw)
+            continue; /* nothing a producer rings with */
+        st[k].line = i;
+        st[k].raw = raw;
+        st[k].v = db_decode(raw);
+        k++;
+    }
+    if (!k) {
+        page_quiet(T, pg);
+        return 0;
+    }
+    uint64_t ts = db_now();
+    for (uint32_t i = 0; i < k; i++) {
+        struct db_qp *q = st[i].q = page_find_qp(pg, st[i].v.qpn);
+        uint16_t d = q && q->have_pi ? (uint16_t)(st[i].v.next - (uint16_t)q->pi) : 1;
+        st[i].ahead = d > 0x8000 ? 0 : d;
+    }
+    for (uint32_t i = 1; i < k; i++) /* insertion sort by how far ahead: at most 8 */
+        for (uint32_t j = i; j > 0 && st[j].ahead < st[j - 1].ahead; j--) {
+            struct cpu_store t = st[j];
+            st[j] = st[j - 1];
+            st[j - 1] = t;
+        }
+    for (uint32_t i = 0; i < k; i++)
+        ring_qp(T, pg, st[i].q, st[i].v, st[i].raw, ts, (int)st[i].line);
+    if (__atomic_load_n(&pg->n_qps, __ATOMIC_ACQUIRE) > 1)
+        pg->records_due = 1;
+    if (pg->records_due)
+        forward_hidden_doorbells(T, pg, 0);
+    return 1;
+}
+
 static void finish_page(struct db_page *pg)
 {
     uint64_t v = __atomic_load_n(&pg->watch[0], __ATOMIC_RELAXED);
-    if (v != pg->last[0])
+    if (pg->cpu)
+        take_cpu_lines(pg->thread, pg);
+    else if (v != pg->last[0])
         on_doorbell(pg->thread, pg, v, db_now());
     forward_other_words(pg);
     forward_hidden_doorbells(pg->thread, pg, 1);
@@ -646,13 +758,12 @@ static void report_stats(struct db_rthread *T)
 /* Handle the page's doorbell word if it changed since we last saw it; 1 if it had. */
 static int take_doorbell(struct db_rthread *T, struct db_page *pg)
 {
+    if (pg->cpu)
+        return take_cpu_lines(T, pg);
     uint64_t v = __atomic_load_n(&pg->watch[0], __ATOMIC_RELAXED);
     if (v == pg->last[0]) {
-        if (!pg->quiet_since && T->p.copy_order == DB_COPY_ADAPTIVE)
-            pg->quiet_since = mono_ns();
         /* quiet: read the records once more, and again while one is ahead */
-        if (pg->records_due)
-            pg->records_due = forward_hidden_doorbells(T, pg, 0) > 0;
+        page_quiet(T, pg);
         return 0;
     }
     on_doorbell(T, pg, v, db_now());
@@ -861,8 +972,8 @@ static struct db_rthread *thread_for(const struct db_params *p, uint32_t page_in
     return T;
 }
 
-struct db_page *db_page_start(const struct db_params *p, volatile void *watch, volatile void *target,
-                              void *cuctx)
+static struct db_page *page_start(const struct db_params *p, volatile void *watch, volatile void *target,
+                                  void *cuctx, volatile void *cpu_fake, volatile void *cpu_real)
 {
     pthread_mutex_lock(&g_lock);
     struct db_page *pg = NULL;
@@ -877,6 +988,9 @@ struct db_page *db_page_start(const struct db_params *p, volatile void *watch, v
     pg->watch = (volatile uint64_t *)watch;
     pg->target = (volatile uint64_t *)target;
     pg->cuctx = cuctx;
+    pg->cpu = cpu_fake != NULL;
+    pg->cpu_fake = cpu_fake;
+    pg->cpu_real = cpu_real;
     /* the starting values, read before anyone can store a doorbell here */
     for (int w = 0; w < 8; w++)
         pg->last[w] = pg->watch[w];
@@ -904,6 +1018,40 @@ struct db_page *db_page_start(const struct db_params *p, volatile void *watch, v
 out:
     pthread_mutex_unlock(&g_lock);
     return pg;
+}
+
+struct db_page *db_page_start(const struct db_params *p, volatile void *watch, volatile void *target,
+                              void *cuctx)
+{
+    return page_start(p, watch, target, cuctx, NULL, NULL);
+}
+
+/* The first BlueFlame register of a UAR page: where doorbells of our own (a QP's record ahead of
+ * what was forwarded for it, forward_hidden_doorbells) go on a page of CPU producers. */
+#define CPU_PAGE_FIRST_REG 0x800
+
+struct db_page *db_cpu_page_start(const struct db_params *p, volatile void *fake, volatile void *real)
+{
+    return page_start(p, (volatile uint8_t *)fake + CPU_PAGE_FIRST_REG, (volatile uint8_t *)real + CPU_PAGE_FIRST_REG,
+                      NULL, fake, real);
+}
+
+int db_cpu_page_watch(struct db_page *pg, uint32_t off)
+{
+    uint32_t n = pg->n_lines;
+    off &= 4095 & ~7u;
+    for (uint32_t i = 0; i < n; i++)
+        if (pg->line_off[i] == off)
+            return 0;
+    if (n >= DB_PAGE_MAX_LINES) {
+        db_error("repeater", "repeater %d watches %d register halves already; stores at offset 0x%x are not forwarded",
+                 pg->index, DB_PAGE_MAX_LINES, off);
+        return -1;
+    }
+    pg->line_off[n] = off;
+    pg->line_last[n] = __atomic_load_n((volatile uint64_t *)(pg->cpu_fake + off), __ATOMIC_ACQUIRE);
+    __atomic_store_n(&pg->n_lines, n + 1, __ATOMIC_RELEASE);
+    return 0;
 }
 
 static void sleep_ms(int ms)

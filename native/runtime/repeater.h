@@ -23,6 +23,7 @@
 #define DB_MAX_PAGES 4096
 #define DB_MAX_THREADS 64
 #define DB_PAGE_MAX_QPS 1024
+#define DB_PAGE_MAX_LINES 8  /* register halves watched on a page of CPU producers */
 
 enum db_mem { DB_MEM_UNKNOWN = -1, DB_MEM_HOST = 0, DB_MEM_GPU = 1 };
 
@@ -99,6 +100,17 @@ struct db_page {
     int records_unreadable;    /* no copier or memory for them: said once, not tried again */
     uint64_t record_doorbells; /* doorbells forwarded from a QP's record, not seen on the line */
     volatile int stop_req, stopped;
+
+    /* A page of CPU producers (db_cpu_page_start): the program was handed the whole 4 KiB page
+     * of ours; these register halves (offsets in the page) are watched, each store of a control
+     * word seen there is forwarded to the same offset of the real page as a BlueFlame write of
+     * the WQE's blocks read from its send queue. */
+    int cpu;
+    volatile uint8_t *cpu_fake, *cpu_real;
+    volatile uint32_t n_lines;
+    uint32_t line_off[DB_PAGE_MAX_LINES];
+    uint64_t line_last[DB_PAGE_MAX_LINES];
+    uint64_t stale_doorbells;  /* control words older than what their QP already announced */
 };
 
 struct db_params {
@@ -138,6 +150,12 @@ int db_mem_of(uint64_t addr, int *gpu);
  * out), then gives it to a repeater thread (started if needed).  NULL if out of pages/memory. */
 struct db_page *db_page_start(const struct db_params *p, volatile void *watch, volatile void *target,
                               void *cuctx);
+/* Start watching a page of CPU producers: `fake` (4 KiB, the program's from now on) stands in
+ * for the UAR page `real`.  No register is watched until db_cpu_page_watch adds one. */
+struct db_page *db_cpu_page_start(const struct db_params *p, volatile void *fake, volatile void *real);
+/* Watch the register half at `off` in the page (its current value is the starting one).  0, or
+ * -1 when the page watches DB_PAGE_MAX_LINES halves already.  Cold path, caller serialises. */
+int db_cpu_page_watch(struct db_page *pg, uint32_t off);
 /* Route doorbells of `q` through `pg` (cold path; the caller serialises).  0, or -1 if full. */
 int db_page_add_qp(struct db_page *pg, struct db_qp *q);
 /* Stop a page before its register goes away: the thread forwards what is pending, parses what
@@ -153,6 +171,7 @@ void db_set_qp_resolver(struct db_qp *(*fn)(uint32_t qpn, struct db_page *pg));
 struct db_stats {
     uint64_t unknown_qp_doorbells, backward_doorbells, pages, threads;
     uint64_t record_doorbells; /* forwarded from doorbell records (hidden by another QP's) */
+    uint64_t stale_doorbells;  /* CPU pages: control words behind what was already forwarded */
 };
 void db_stats(struct db_stats *out);
 

@@ -28,7 +28,8 @@
     X(dir, "path", "", "session", "this process's trace directory, pPID/ (required)")            \
     X(mode, "aggregate|simple|full", "simple", "session", "what is recorded per event")            \
     X(doorbells, "off|forward|wqe", "off", "session",                                             \
-      "GPU doorbells: not substituted, forwarded and recorded, or also their WQEs recovered")      \
+      "doorbells of GPUs and of CPU-written mlx5 queues: not substituted, forwarded and recorded, "   \
+      "or also their WQEs recovered")                                                                \
     X(controller_pid, "pid", "0", "session",                                                       \
       "watched with pidfd_open; when it exits, tracing stops by itself (0: none)")                \
     X(attached, "bool", "0", "session", "1 when tracing began after the process started")         \
