@@ -12,12 +12,12 @@
  *   fi_fabric    fabric, provider, name
  *   fi_domain    fabric, domain, provider, name, ep_type, addr_format, ret
  *   fi_endpoint  fn (fi_endpoint, fi_srx_context, fi_scalable_ep), domain, ep, provider, ep_type,
- *                addr_format, src and dest (when fi_info has them: {addr, peer}), ret
+ *                addr_format, src and dest (when fi_info has them: {raw, format, peer}), traced, ret
  *   fi_av_open   domain, av, ret
- *   fi_av_insert av, fi_addr, addr (the raw address, hex), format, peer (decoded: ip and port,
+ *   fi_av_insert av, fi_addr, raw (the address bytes, hex), format, peer (decoded: ip and port,
  *                gid, qpn, lid, service, as the format has them); one per address inserted
  *   fi_ep_bind   ep, av: the address vector an endpoint's fi_addr_t values index
- *   fi_connect / fi_accept  ep, addr, peer, ret: a connected endpoint's peer
+ *   fi_connect / fi_accept  ep, raw, format, peer, ret: a connected endpoint's peer
  *   fi_close     obj, kind
  */
 #include <arpa/inet.h>
@@ -107,14 +107,14 @@ static size_t fi_addr_len(uint32_t format, const void *addr)
     }
 }
 
-/* `"addr":"<hex>","format":N,"peer":{...}` for one address: what it names, as far as the
+/* `"raw":"<hex>","format":N,"peer":{...}` for one address: what it names, as far as the
  * format tells (a socket address: ip and port; AF_IB: gid and service id; the verbs provider's
  * datagram name: gid, qpn, lid and service). */
 static void fi_fmt_addr(char *out, size_t n, uint32_t format, const void *addr, size_t len)
 {
     char hex[2 * 256 + 1], peer[256] = "{}";
     if (!addr || !len) {
-        snprintf(out, n, "\"addr\":null,\"format\":%u,\"peer\":null", format);
+        snprintf(out, n, "\"raw\":null,\"format\":%u,\"peer\":null", format);
         return;
     }
     fi_hex(hex, sizeof(hex), addr, len > 256 ? 256 : len);
@@ -152,15 +152,13 @@ static void fi_fmt_addr(char *out, size_t n, uint32_t format, const void *addr, 
         st_json_str(q, sizeof(q), s);
         snprintf(peer, sizeof(peer), "{\"name\":%s}", q);
     }
-    snprintf(out, n, "\"addr\":\"%s\",\"format\":%u,\"peer\":%s", hex, format, peer);
+    snprintf(out, n, "\"raw\":\"%s\",\"format\":%u,\"peer\":%s", hex, format, peer);
 }
 
+/* A JSON string; "" for none (the reader types "provider" as a string). */
 static void fi_quote(char *out, size_t n, const char *s)
 {
-    if (s)
-        st_json_str(out, n, s);
-    else
-        snprintf(out, n, "null");
+    st_json_str(out, n, s ? s : "");
 }
 
 /* provider and name of the object an fi_info describes */
