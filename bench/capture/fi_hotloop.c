@@ -1,8 +1,9 @@
 /* A hot fi_send loop through an endpoint's ops table, as libfabric's inline fi_send calls it,
  * against the stand-in provider of stubfabric.c (its send does nothing): the cost of a hook on
  * the table.  Prints a JSON line: per-call wall and thread CPU time, and what the provider saw.
- * Usage: fi_hotloop ITERS [WARMUP [PAUSE_MS]]: with PAUSE_MS, waits that long after opening
- * the first endpoint and before opening a second one (an attach window), then loops on both. */
+ * Usage: fi_hotloop ITERS [WARMUP [GO_FILE]]: with GO_FILE, prints "ready" once its first
+ * fabric, domain and endpoint are open, waits until GO_FILE exists (at most 60 s: an attach
+ * window), then opens a second fabric, domain and endpoint and sends once on it too. */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -60,15 +61,18 @@ int main(int argc, char **argv)
 {
     long iters = argc > 1 ? atol(argv[1]) : 1000000;
     long warm = argc > 2 ? atol(argv[2]) : iters / 10;
-    long pause_ms = argc > 3 ? atol(argv[3]) : -1;
+    const char *go = argc > 3 ? argv[3] : NULL;
     void *fabric;
     fi_fabric(NULL, &fabric, NULL);
     struct ep *ep = open_ep(fabric), *late = NULL;
-    if (pause_ms >= 0) {
+    if (go) {
         printf("ready\n");
         fflush(stdout);
-        usleep(pause_ms * 1000);
-        late = open_ep(fabric);
+        for (int i = 0; i < 6000 && access(go, F_OK) != 0; i++)
+            usleep(10000);
+        void *fabric2;
+        fi_fabric(NULL, &fabric2, NULL);
+        late = open_ep(fabric2);
     }
     for (long i = 0; i < warm; i++)
         FI_SEND(ep, 64, 7);

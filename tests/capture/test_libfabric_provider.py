@@ -1,4 +1,12 @@
-"""The libfabric provider on Debian's fi_pingpong (libfabric 1.17, verbs provider) under
+"""The libfabric provider (hooks/libfabric.js, native/runtime/fi_*.c), on two programs.
+
+A stand-in provider (bench/capture/stubfabric.c, built as libfabric.so.1) driven by
+bench/capture/fi_hotloop.c: exact calls with their bytes, remote address, key and destination,
+including after the provider writes a new table through an endpoint's pointer (fi_ep_bind) and
+after it swaps one (fi_enable), an endpoint table the provider frees at fi_close, and attach mode
+(objects opened before the attach are not traced, and a cold event says so).
+
+Debian's fi_pingpong (libfabric 1.17, verbs provider) under
 `sigmatrace spawn` on the emulated NIC: msg, rdm (verbs;ofi_rxm) and dgram endpoints, simple and
 full mode.  Every send and receive the program makes is counted exactly, with its bytes; the
 peer's fi_addr_t (or a connected endpoint's peer) is resolved to an address in the cold events;
@@ -17,21 +25,25 @@ their -FI_EAGAIN, and only the successful ones follow the model above.
 from __future__ import annotations
 
 import collections
+import json
 import shutil
 import socket
 import subprocess
 import time
 
+from pathlib import Path
+
 import pytest
 
-from capture_helpers import run_cmd, sigmatrace_cmd, simnic_env, start_cmd, wait_cmd
+from capture_helpers import run_cmd, sigmatrace, sigmatrace_cmd, simnic_env, start_cmd, wait_cmd
 from sigmatrace.trace.format import RecType
 from sigmatrace.trace.layers import Layer, function_name
 from sigmatrace.trace.reader import TraceDir
 from tests.simnic.conftest import tcp_listening
 
 FI_PINGPONG = shutil.which("fi_pingpong")
-pytestmark = pytest.mark.skipif(FI_PINGPONG is None, reason="libfabric-bin (fi_pingpong) is not installed")
+needs_pingpong = pytest.mark.skipif(FI_PINGPONG is None, reason="libfabric-bin (fi_pingpong) is not installed")
+BENCH = Path(__file__).resolve().parents[2] / "bench" / "capture"
 
 NESTED = 0x80
 FI_EAGAIN = 11
@@ -137,6 +149,7 @@ def program_endpoint(side, provider):
     return ep["ep"]
 
 
+@needs_pingpong
 @pytest.mark.parametrize("mode", ["simple", "full"])
 def test_msg_endpoints(tmp_path, mode):
     size, iters = 4096, 40
@@ -175,6 +188,7 @@ def test_msg_endpoints(tmp_path, mode):
     assert srv_ep["dest"]["peer"] == acc["peer"]
 
 
+@needs_pingpong
 def test_msg_small_messages_are_injected(tmp_path):
     size, iters = 32, 25  # below the verbs endpoint's inject_size: fi_inject, no completion asked
     for side in (Side(d) for d in run_pingpong(tmp_path, "msg", "full", size, iters)):
@@ -193,6 +207,7 @@ def _inserted(side):
     return ins, bind["ep"]
 
 
+@needs_pingpong
 @pytest.mark.parametrize("mode", ["simple", "full"])
 def test_rdm_endpoints_over_rxm(tmp_path, mode):
     size, iters = 4096, 40
@@ -224,6 +239,7 @@ def test_rdm_endpoints_over_rxm(tmp_path, mode):
             assert len(inner) >= 1 and all(r["len"] > call["len"] for r in inner)
 
 
+@needs_pingpong
 @pytest.mark.parametrize("mode", ["simple", "full"])
 def test_dgram_endpoints(tmp_path, mode):
     size, iters = 1024, 40
@@ -243,3 +259,75 @@ def test_dgram_endpoints(tmp_path, mode):
         ud_qpns = {e["qpn"] for e in peer.events("qp_create") if e.get("type") == "UD" and e.get("ret")}
         assert ins["peer"]["qpn"] in ud_qpns, (ins, ud_qpns)
         assert ins["peer"]["gid"].startswith("fe80::")
+
+
+# ------------------------------------------------------------------ the stand-in provider
+
+@pytest.fixture(scope="module")
+def stub_loop(tmp_path_factory):
+    d = tmp_path_factory.mktemp("stubfabric")
+    subprocess.run(["cc", "-O2", "-shared", "-fPIC", "-Wl,-soname,libfabric.so.1", str(BENCH / "stubfabric.c"), "-o",
+                    str(d / "libfabric.so.1")], check=True)
+    subprocess.run(["cc", "-O2", str(BENCH / "fi_hotloop.c"), "-o", str(d / "fi_hotloop"), f"-L{d}", "-l:libfabric.so.1",
+                    f"-Wl,-rpath,{d}"], check=True)
+    return d / "fi_hotloop"
+
+
+def _program_line(text):
+    return json.loads([ln for ln in text.splitlines() if ln.startswith("{")][-1])
+
+
+def _calls(side):
+    """(function, len, remote address, key, destination, endpoint, return) of every call, in order."""
+    out = []
+    for call, end, _ in side.calls:
+        ret = int(end["key"]) - (1 << 32) if end["key"] >= 1 << 31 else int(end["key"])
+        out.append((function_name(call["aux"], call["op"]), int(call["len"]), int(call["addr"]), int(call["key"]),
+                    int(end["addr"]), int(call["extra"]), ret))
+    return out
+
+
+@pytest.mark.parametrize("mode", ["simple", "full"])
+def test_stub_provider_every_call_exactly(tmp_path, stub_loop, mode):
+    iters, warm = 3000, 300
+    res = sigmatrace("spawn", "-q", "--providers", "libfabric", "--mode", mode, "--out", tmp_path / "t", "--",
+                     stub_loop, iters, warm, timeout=120)
+    assert res.returncode == 0, res.stderr
+    prog = _program_line(res.stdout)
+    # the provider saw every call, the changed tables' functions included, and closed the
+    # endpoint (freeing the msg table it allocated: ours was handed back first)
+    assert (prog["send"], prog["send_bound"], prog["recv"], prog["write_enabled"], prog["tsend"], prog["closed"]) == \
+        (iters + warm, 1, 1, 1, 1, 1)
+    side = Side(tmp_path / "t")
+    [ep] = [e["ep"] for e in side.events("fi_endpoint")]
+    assert side.events("fi_close") == [dict(side.events("fi_close")[0], obj=ep, kind="endpoint")]
+    assert _calls(side) == [("fi_send", 64, 0, 0, 7, ep, 0)] * (iters + warm) + [
+        ("fi_send", 100, 0, 0, 7, ep, 0),               # through the table written at fi_ep_bind
+        ("fi_recv", 200, 0, 0, (1 << 64) - 1, ep, 0),   # FI_ADDR_UNSPEC: any source
+        ("fi_write", 300, 0x1000, 0xABCD, 7, ep, 0),    # through the table fi_enable swapped in
+        ("fi_tsend", 400, 0, 0, 7, ep, 0),
+    ]
+    assert all(c[0]["aux32"] == i + 1 and not c[0]["flags"] & NESTED for i, c in enumerate(side.calls))
+
+
+def test_stub_provider_attach(tmp_path, stub_loop):
+    go = tmp_path / "go"
+    prog = start_cmd([str(stub_loop), "1000", "100", str(go)])
+    assert prog.stdout.readline().strip() == "ready"  # its first fabric, domain and endpoint are open
+    ctl = start_cmd([*sigmatrace_cmd(), "attach", "-q", "--pid", str(prog.pid), "--providers", "libfabric",
+                     "--mode", "simple", "--out", str(tmp_path / "t")])
+    deadline = time.monotonic() + 90
+    while not any(p.name == "cold.jsonl" and "fi_preexisting" in p.read_text() for p in (tmp_path / "t").rglob("cold.jsonl")):
+        assert time.monotonic() < deadline and ctl.poll() is None, "the agent never installed"
+        time.sleep(0.1)
+    go.touch()
+    out, err, rc = wait_cmd(prog, timeout=60)
+    assert rc == 0, err
+    wait_cmd(ctl, timeout=60)
+    side = Side(tmp_path / "t")
+    [pre] = side.events("fi_preexisting")
+    assert pre["found"] is False
+    # only the fabric opened after the attach is followed: its endpoint's one send
+    [ep] = [e["ep"] for e in side.events("fi_endpoint")]
+    assert len(side.events("fi_fabric")) == 1
+    assert _calls(side) == [("fi_send", 500, 0, 0, 9, ep, 0)]
