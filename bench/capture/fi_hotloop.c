@@ -1,9 +1,11 @@
 /* A hot fi_send loop through an endpoint's ops table, as libfabric's inline fi_send calls it,
  * against the stand-in provider of stubfabric.c (its send does nothing): the cost of a hook on
  * the table.  Prints a JSON line: per-call wall and thread CPU time, and what the provider saw.
- * Usage: fi_hotloop ITERS [WARMUP [GO_FILE]]: with GO_FILE, prints "ready" once its first
- * fabric, domain and endpoint are open, waits until GO_FILE exists (at most 60 s: an attach
- * window), then opens a second fabric, domain and endpoint and sends once on it too. */
+ * Usage: fi_hotloop ITERS [WARMUP [GO_FILE [GO_FILE2]]]: with GO_FILE, prints "ready" once its
+ * first fabric, domain and endpoint are open, waits until GO_FILE exists (at most 60 s: an attach
+ * window), then opens a second fabric, domain and endpoint and sends once on it too; with
+ * GO_FILE2, then prints "sent", waits for GO_FILE2 (a detach window) and binds the second
+ * endpoint and sends on it again before closing it. */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -30,6 +32,12 @@ typedef ssize_t (*send_fn)(void *, const void *, size_t, void *, uint64_t, void 
 typedef ssize_t (*recv_fn)(void *, void *, size_t, void *, uint64_t, void *);
 typedef ssize_t (*write_fn)(void *, const void *, size_t, void *, uint64_t, uint64_t, uint64_t, void *);
 typedef ssize_t (*tsend_fn)(void *, const void *, size_t, void *, uint64_t, uint64_t, void *);
+
+static void wait_for(const char *path)
+{
+    for (int i = 0; i < 6000 && access(path, F_OK) != 0; i++)
+        usleep(10000);
+}
 
 static double ns(clockid_t c)
 {
@@ -68,8 +76,7 @@ int main(int argc, char **argv)
     if (go) {
         printf("ready\n");
         fflush(stdout);
-        for (int i = 0; i < 6000 && access(go, F_OK) != 0; i++)
-            usleep(10000);
+        wait_for(go);
         void *fabric2;
         fi_fabric(NULL, &fabric2, NULL);
         late = open_ep(fabric2);
@@ -90,6 +97,13 @@ int main(int argc, char **argv)
     FI_TSEND(ep, 400, 7, 5);
     if (late) {
         FI_SEND(late, 500, 9);
+        if (argc > 4) {
+            printf("sent\n");
+            fflush(stdout);
+            wait_for(argv[4]);
+            ((int (*)(void *, void *, uint64_t))late->fid.ops[2])(late, fabric, 0);
+            FI_SEND(late, 600, 9);
+        }
         ((int (*)(void *))late->fid.ops[1])(late);
     }
     ((int (*)(void *))ep->fid.ops[1])(ep);

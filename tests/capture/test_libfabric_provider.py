@@ -27,6 +27,7 @@ from __future__ import annotations
 import collections
 import json
 import shutil
+import signal
 import socket
 import subprocess
 import time
@@ -330,4 +331,32 @@ def test_stub_provider_attach(tmp_path, stub_loop):
     # only the fabric opened after the attach is followed: its endpoint's one send
     [ep] = [e["ep"] for e in side.events("fi_endpoint")]
     assert len(side.events("fi_fabric")) == 1
+    assert _calls(side) == [("fi_send", 500, 0, 0, 9, ep, 0)]
+
+
+def test_stub_provider_detach_gives_tables_back(tmp_path, stub_loop):
+    """Attach, follow a fabric opened then, detach: the endpoint gets its own tables back, so the
+    provider's later write through its msg table pointer and its fi_close (which frees that
+    table) work on its own memory, and the program's calls after the detach reach the provider
+    without being recorded."""
+    go, go2 = tmp_path / "go", tmp_path / "go2"
+    prog = start_cmd([str(stub_loop), "1000", "100", str(go), str(go2)])
+    assert prog.stdout.readline().strip() == "ready"
+    ctl = start_cmd([*sigmatrace_cmd(), "attach", "-q", "--pid", str(prog.pid), "--providers", "libfabric",
+                     "--mode", "simple", "--out", str(tmp_path / "t")])
+    deadline = time.monotonic() + 90
+    while not any("fi_preexisting" in p.read_text() for p in (tmp_path / "t").rglob("cold.jsonl")):
+        assert time.monotonic() < deadline and ctl.poll() is None, "the agent never installed"
+        time.sleep(0.1)
+    go.touch()
+    assert prog.stdout.readline().strip() == "sent"  # on the endpoint opened while attached
+    ctl.send_signal(signal.SIGINT)  # detach
+    wait_cmd(ctl, timeout=60)
+    go2.touch()
+    out, err, rc = wait_cmd(prog, timeout=60)
+    assert rc == 0, err
+    line = _program_line(out)
+    assert (line["send"], line["send_bound"], line["closed"]) == (1100 + 1, 1 + 1, 2)
+    side = Side(tmp_path / "t")
+    [ep] = [e["ep"] for e in side.events("fi_endpoint")]
     assert _calls(side) == [("fi_send", 500, 0, 0, 9, ep, 0)]
