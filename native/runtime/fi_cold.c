@@ -164,7 +164,7 @@ static void fi_quote(char *out, size_t n, const char *s)
 /* provider and name of the object an fi_info describes */
 static void fi_info_names(struct fi_obj *o, const struct fi_abi_info *info, char *name, size_t n)
 {
-    snprintf(name, n, "null");
+    snprintf(name, n, "\"\"");
     if (!info)
         return;
     o->addr_format = info->addr_format;
@@ -196,7 +196,7 @@ static void fi_domain_opened(void *fabric, struct fi_abi_info *info, void *dom, 
 {
     struct fi_obj *fo = fi_find(fabric);
     struct fi_obj *o = ret == 0 ? fi_track(dom, FI_KIND_DOMAIN, fo) : NULL;
-    char name[256] = "null", prov[64];
+    char name[256] = "\"\"", prov[64];
     if (o)
         fi_info_names(o, info, name, sizeof(name));
     fi_quote(prov, sizeof(prov), o ? o->prov : fo ? fo->prov : NULL);

@@ -232,3 +232,5 @@ static void fi_restore_all(int reason, void *arg)
 }
 
 __attribute__((constructor)) static void fi_register_stop(void) { st_on_stop(fi_restore_all, NULL); }
+
+_Static_assert(sizeof(struct fi_obj) <= FI_OBJ_BYTES, "an object record must fit its slot of the region");
