@@ -261,6 +261,19 @@ def test_dgram_endpoints(tmp_path, mode):
         assert bound_ep == ep and ins["format"] == 11  # FI_ADDR_IB_UD
         sends = [c for c in calls if function_name(c[0]["aux"], c[0]["op"]) != "fi_recv"]
         assert {int(e["addr"]) for _, e, _ in sends} == {ins["fi_addr"]}
+        # each call encloses exactly the work request it posted; a UD send names its remote QP,
+        # the one the inserted address decodes to
+        for call, end, children in calls:
+            if int(end["key"]) != 0:
+                continue
+            kinds = [RecType(r["type"]).name for r in children]
+            if function_name(call["aux"], call["op"]) == "fi_recv":
+                assert kinds == (["RECV_WR"] if mode == "full" else [])
+            else:
+                assert kinds == (["SEND_WR"] if mode == "full" else ["POST_SEND"])
+                if mode == "full":
+                    assert int(children[0]["aux32"]) == ins["peer"]["qpn"]
+            assert all(r["len"] == call["len"] for r in children)
     # the address each side inserted names the other side's UD QP
     for me, peer in (sides, sides[::-1]):
         ins, _ = _inserted(me)
