@@ -23,7 +23,7 @@ struct fid {
 };
 struct ep {
     struct fid fid;
-    void *ops, *cm;
+    void *const *ops, *cm;
     void *const *msg, *const *rma, *const *tagged, *atomic;
 };
 
@@ -106,6 +106,16 @@ int main(int argc, char **argv)
         }
         ((int (*)(void *))late->fid.ops[1])(late);
     }
+    /* a scalable endpoint (fi_scalable_ep) and its transmit context (fi_tx_context) */
+    void *dom, *sep, *tx;
+    struct fid *f = fabric;
+    ((open_fn)((void *const *)((void **)(f + 1))[0])[1])(fabric, NULL, &dom, NULL);
+    struct fid *d = dom;
+    ((open_fn)((void *const *)((void **)(d + 1))[0])[4])(dom, NULL, &sep, NULL);
+    ((int (*)(void *, int, void *, void **, void *))((struct ep *)sep)->ops[4])(sep, 0, NULL, &tx, NULL);
+    FI_SEND((struct ep *)tx, 700, 11);
+    ((int (*)(void *))((struct ep *)tx)->fid.ops[1])(tx);
+    ((int (*)(void *))((struct ep *)sep)->fid.ops[1])(sep);
     ((int (*)(void *))ep->fid.ops[1])(ep);
     uint64_t c[7];
     stub_counts(c);

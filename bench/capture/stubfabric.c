@@ -5,7 +5,8 @@
  *
  * Like libfabric's verbs provider, an endpoint's msg table is allocated per endpoint, written
  * through the endpoint's pointer when the endpoint is bound (fi_ep_bind), and freed by fi_close;
- * fi_enable points the endpoint at another rma table.  stub_counts() says what the provider saw. */
+ * fi_enable points the endpoint at another rma table.  A scalable endpoint's fi_tx_context opens
+ * an endpoint like the others.  stub_counts() says what the provider saw. */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -83,8 +84,20 @@ static int endpoint(void *dom, void *info, void **out, void *ctx)
     *out = ep;
     return 0;
 }
-/* fi_ops_domain: av_open, cq_open, endpoint, ... */
-static const struct tbl domain_ops = {12 * 8, {0, 0, endpoint}};
+/* A scalable endpoint: its fi_ops_ep (cancel, getopt, setopt, tx_ctx, rx_ctx) opens transmit
+ * contexts, endpoints of their own. */
+static int tx_ctx(void *sep, int index, void *attr, void **out, void *ctx) { return endpoint(NULL, NULL, out, ctx); }
+static const struct tbl sep_ops = {8 * 8, {0, 0, 0, tx_ctx}};
+
+static int scalable_ep(void *dom, void *info, void **out, void *ctx)
+{
+    int r = endpoint(dom, info, out, ctx);
+    ((struct ep *)*out)->ops = (void *)&sep_ops;
+    return r;
+}
+
+/* fi_ops_domain: av_open, cq_open, endpoint, scalable_ep, ... */
+static const struct tbl domain_ops = {12 * 8, {0, 0, endpoint, scalable_ep}};
 
 static int domain(void *fabric, void *info, void **out, void *ctx)
 {

@@ -4,15 +4,17 @@
  * The agent hooks the exported fi_fabric() and hands each fabric opened to st_fi_track_fabric.
  * Everything after that is reached through ops tables, so it is hooked the way endpoints are
  * (fi_track.h: a copy per object, our functions in its slots): the fabric's domain(), the
- * domain's endpoint(), srx_ctx(), scalable_ep() and av_open(), the av's insert calls, the
- * endpoint's cm connect/accept, and every object's fid close, bind and control (fi_enable and
- * fi_ep_bind may give an endpoint other tables: they are copied again; so may fi_setopt).
+ * domain's endpoint(), srx_ctx(), scalable_ep() and av_open(), the av's insert calls, a
+ * scalable endpoint's tx_ctx() and rx_ctx(), an endpoint's cm connect/accept and setopt, and
+ * every object's fid close, bind and control (fi_enable, fi_ep_bind and fi_setopt may give an
+ * endpoint other tables: they are copied again).
  *
  * Cold events (cold.jsonl; pointers as integers):
  *   fi_fabric    fabric, provider, name
  *   fi_domain    fabric, domain, provider, name, ep_type, addr_format, ret
- *   fi_endpoint  fn (fi_endpoint, fi_srx_context, fi_scalable_ep), domain, ep, provider, ep_type,
- *                addr_format, src and dest (when fi_info has them: {raw, format, peer}), traced, ret
+ *   fi_endpoint  fn (fi_endpoint, fi_srx_context, fi_scalable_ep, fi_tx_context, fi_rx_context),
+ *                domain, ep, provider, ep_type, addr_format, src and dest (when fi_info has
+ *                them: {raw, format, peer}), traced, ret
  *   fi_av_open   domain, av, ret
  *   fi_av_insert av, fi_addr, raw (the address bytes, hex), format, peer (decoded: ip and port,
  *                gid, qpn, lid, service, as the format has them); one per address inserted
@@ -46,6 +48,7 @@ typedef int (*fid_close_t)(void *);
 typedef int (*fid_bind_t)(void *, void *, uint64_t);
 typedef int (*fid_control_t)(void *, int, void *);
 typedef int (*ep_setopt_t)(void *, int, int, const void *, size_t);
+typedef int (*ep_ctx_t)(void *, int, void *, void **, void *);
 typedef int (*cm_connect_t)(void *, const void *, const void *, size_t);
 typedef int (*cm_accept_t)(void *, const void *, size_t);
 typedef int (*cm_getpeer_t)(void *, void *, size_t *);
@@ -420,6 +423,27 @@ static int h_ep_setopt(void *fid, int level, int name, const void *val, size_t l
     return r;
 }
 
+/* A scalable endpoint's transmit and receive contexts are endpoints of their own. */
+static int fi_ep_ctx(const char *fn, int slot, void *sep, int index, void *attr, void **ctx_ep, void *context)
+{
+    struct fi_obj *o = NULL;
+    COLD_ORIG(sep, FI_TBL_OPS, ep_ctx_t, slot, &o);
+    int r = fn_(sep, index, attr, ctx_ep, context);
+    if (st_recording())
+        fi_ep_opened(fn, o && o->parent ? o->parent->obj : NULL, NULL, r == 0 ? *ctx_ep : NULL, r);
+    return r;
+}
+
+static int h_ep_tx_ctx(void *sep, int index, void *attr, void **tx, void *ctx)
+{
+    return fi_ep_ctx("fi_tx_context", FI_SLOT_EP_TX_CTX, sep, index, attr, tx, ctx);
+}
+
+static int h_ep_rx_ctx(void *sep, int index, void *attr, void **rx, void *ctx)
+{
+    return fi_ep_ctx("fi_rx_context", FI_SLOT_EP_RX_CTX, sep, index, attr, rx, ctx);
+}
+
 /* ------------------------------------------------------------------ connection management */
 
 static void fi_peer_event(const char *ev, void *ep, struct fi_obj *o, const void *addr, int ret)
@@ -470,7 +494,9 @@ void *fi_cold_hook(int kind, int tbl, int slot)
         return NULL;
     }
     if (tbl == FI_TBL_OPS && kind == FI_KIND_EP)
-        return slot == FI_SLOT_EP_SETOPT ? (void *)h_ep_setopt : NULL;
+        return slot == FI_SLOT_EP_SETOPT ? (void *)h_ep_setopt
+             : slot == FI_SLOT_EP_TX_CTX ? (void *)h_ep_tx_ctx
+             : slot == FI_SLOT_EP_RX_CTX ? (void *)h_ep_rx_ctx : NULL;
     if (tbl == FI_TBL_CM && kind == FI_KIND_EP)
         return slot == FI_SLOT_CM_CONNECT ? (void *)h_cm_connect : slot == FI_SLOT_CM_ACCEPT ? (void *)h_cm_accept : NULL;
     if (tbl != FI_TBL_OPS)

@@ -4,7 +4,8 @@ A stand-in provider (bench/capture/stubfabric.c, built as libfabric.so.1) driven
 bench/capture/fi_hotloop.c: exact calls with their bytes, remote address, key and destination,
 including after the provider writes a new table through an endpoint's pointer (fi_ep_bind) and
 after it swaps one (fi_enable), an endpoint table the provider frees at fi_close, and attach mode
-(objects opened before the attach are not traced, and a cold event says so).
+(objects opened before the attach are not traced, and a cold event says so), and a scalable
+endpoint's transmit context.
 
 Debian's fi_pingpong (libfabric 1.17, verbs provider) under
 `sigmatrace spawn` on the emulated NIC: msg, rdm (verbs;ofi_rxm) and dgram endpoints, simple and
@@ -318,15 +319,19 @@ def test_stub_provider_every_call_exactly(tmp_path, stub_loop, mode):
     # the provider saw every call, the changed tables' functions included, and closed the
     # endpoint (freeing the msg table it allocated: ours was handed back first)
     assert (prog["send"], prog["send_bound"], prog["recv"], prog["write_enabled"], prog["tsend"], prog["closed"]) == \
-        (iters + warm, 1, 1, 1, 1, 1)
+        (iters + warm + 1, 1, 1, 1, 1, 3)
     side = Side(tmp_path / "t")
-    [ep] = [e["ep"] for e in side.events("fi_endpoint")]
-    assert side.events("fi_close") == [dict(side.events("fi_close")[0], obj=ep, kind="endpoint")]
+    eps = {e["fn"]: e["ep"] for e in side.events("fi_endpoint")}
+    assert sorted(eps) == ["fi_endpoint", "fi_scalable_ep", "fi_tx_context"]
+    assert all(e["traced"] for e in side.events("fi_endpoint"))
+    ep, sep, tx = eps["fi_endpoint"], eps["fi_scalable_ep"], eps["fi_tx_context"]
+    assert [(e["obj"], e["kind"]) for e in side.events("fi_close")] == [(tx, "endpoint"), (sep, "endpoint"), (ep, "endpoint")]
     assert _calls(side) == [("fi_send", 64, 0, 0, 7, ep, 0)] * (iters + warm) + [
         ("fi_send", 100, 0, 0, 7, ep, 0),               # through the table written at fi_ep_bind
         ("fi_recv", 200, 0, 0, (1 << 64) - 1, ep, 0),   # FI_ADDR_UNSPEC: any source
         ("fi_write", 300, 0x1000, 0xABCD, 7, ep, 0),    # through the table fi_enable swapped in
         ("fi_tsend", 400, 0, 0, 7, ep, 0),
+        ("fi_send", 700, 0, 0, 11, tx, 0),              # on a scalable endpoint's transmit context
     ]
     assert all(c[0]["aux32"] == i + 1 and not c[0]["flags"] & NESTED for i, c in enumerate(side.calls))
 
@@ -349,7 +354,7 @@ def test_stub_provider_attach(tmp_path, stub_loop):
     [pre] = side.events("fi_preexisting")
     assert pre["found"] is False
     # only the fabric opened after the attach is followed: its endpoint's one send
-    [ep] = [e["ep"] for e in side.events("fi_endpoint")]
+    [ep] = [e["ep"] for e in side.events("fi_endpoint")]  # the scalable endpoint is the first fabric's
     assert len(side.events("fi_fabric")) == 1
     assert _calls(side) == [("fi_send", 500, 0, 0, 9, ep, 0)]
 
@@ -376,7 +381,7 @@ def test_stub_provider_detach_gives_tables_back(tmp_path, stub_loop):
     out, err, rc = wait_cmd(prog, timeout=60)
     assert rc == 0, err
     line = _program_line(out)
-    assert (line["send"], line["send_bound"], line["closed"]) == (1100 + 1, 1 + 1, 2)
+    assert (line["send"], line["send_bound"], line["closed"]) == (1100 + 1 + 1, 1 + 1, 4)
     side = Side(tmp_path / "t")
     [ep] = [e["ep"] for e in side.events("fi_endpoint")]
     assert _calls(side) == [("fi_send", 500, 0, 0, 9, ep, 0)]
