@@ -27,14 +27,14 @@
     const lib = mods[LIB];
     const addr = lib.findExportByName('fi_fabric');
     if (addr === null) return { installed: [], failed: [{ name: 'fi_fabric', why: 'not exported' }] };
-    const track = api.fn('st_fi_track_fabric', 'int', ['pointer', 'pointer']);
+    const track = api.fn('st_fi_track_fabric', 'int', ['pointer', 'pointer', 'uint64']);
     try {
       api.attach(addr, {
-        onEnter(args) { this.attr = args[0]; this.out = args[1]; },
+        onEnter(args) { this.ts = api.now(); this.attr = args[0]; this.out = args[1]; },
         onLeave(ret) {
           if (ret.toInt32() !== 0 || this.out.isNull()) return;
           try {
-            track(this.out.readPointer(), this.attr);
+            track(this.out.readPointer(), this.attr, this.ts);
           } catch (e) {
             api.error('libfabric:fi_fabric', e);
           }

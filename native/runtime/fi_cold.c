@@ -64,7 +64,9 @@ static void *const *fi_cold_orig(void *obj, int t, struct fi_obj **out)
     return o ? (void *const *)__atomic_load_n(&o->orig[t], __ATOMIC_ACQUIRE) : NULL;
 }
 
+/* The original function of a cold hook, and `ts`, the call's entry (its events' time). */
 #define COLD_ORIG(obj, t, type, slot, o)              \
+    uint64_t ts = st_now();                            \
     void *const *tbl_ = fi_cold_orig((obj), (t), (o)); \
     if (!tbl_)                                         \
         return -FI_ENOSYS;                             \
@@ -181,7 +183,8 @@ static void fi_info_names(struct fi_obj *o, const struct fi_abi_info *info, char
 
 /* ------------------------------------------------------------------ fabric */
 
-ST_EXPORT int st_fi_track_fabric(void *fabric, const struct fi_abi_fabric_attr *attr)
+/* `ts`: when the program's fi_fabric call began. */
+ST_EXPORT int st_fi_track_fabric(void *fabric, const struct fi_abi_fabric_attr *attr, uint64_t ts)
 {
     struct fi_obj *o = fi_track(fabric, FI_KIND_FABRIC, NULL);
     if (!o)
@@ -191,11 +194,11 @@ ST_EXPORT int st_fi_track_fabric(void *fabric, const struct fi_abi_fabric_attr *
     fi_quote(name, sizeof(name), attr ? attr->name : NULL);
     if (attr && attr->prov_name)
         snprintf(o->prov, sizeof(o->prov), "%s", attr->prov_name);
-    st_coldf(st_now(), "\"ev\":\"fi_fabric\",\"fabric\":%lu,\"provider\":%s,\"name\":%s", (unsigned long)fabric, prov, name);
+    st_coldf(ts, "\"ev\":\"fi_fabric\",\"fabric\":%lu,\"provider\":%s,\"name\":%s", (unsigned long)fabric, prov, name);
     return o->ours[FI_TBL_OPS] ? 1 : 0;
 }
 
-static void fi_domain_opened(void *fabric, struct fi_abi_info *info, void *dom, int ret)
+static void fi_domain_opened(uint64_t ts, void *fabric, struct fi_abi_info *info, void *dom, int ret)
 {
     struct fi_obj *fo = fi_find(fabric);
     struct fi_obj *o = ret == 0 ? fi_track(dom, FI_KIND_DOMAIN, fo) : NULL;
@@ -203,7 +206,7 @@ static void fi_domain_opened(void *fabric, struct fi_abi_info *info, void *dom, 
     if (o)
         fi_info_names(o, info, name, sizeof(name));
     fi_quote(prov, sizeof(prov), o ? o->prov : fo ? fo->prov : NULL);
-    st_coldf(st_now(), "\"ev\":\"fi_domain\",\"fabric\":%lu,\"domain\":%lu,\"provider\":%s,\"name\":%s,\"ep_type\":%d,"
+    st_coldf(ts, "\"ev\":\"fi_domain\",\"fabric\":%lu,\"domain\":%lu,\"provider\":%s,\"name\":%s,\"ep_type\":%d,"
              "\"addr_format\":%u,\"ret\":%d", (unsigned long)fabric, ret == 0 ? (unsigned long)dom : 0ul, prov, name,
              o ? o->ep_type : 0, o ? o->addr_format : 0, ret);
 }
@@ -213,7 +216,7 @@ static int h_fabric_domain(void *fabric, struct fi_abi_info *info, void **dom, v
     COLD_ORIG(fabric, FI_TBL_OPS, fabric_domain_t, FI_SLOT_FABRIC_DOMAIN, NULL);
     int r = fn_(fabric, info, dom, ctx);
     if (st_recording())
-        fi_domain_opened(fabric, info, r == 0 ? *dom : NULL, r);
+        fi_domain_opened(ts, fabric, info, r == 0 ? *dom : NULL, r);
     return r;
 }
 
@@ -222,13 +225,13 @@ static int h_fabric_domain2(void *fabric, struct fi_abi_info *info, void **dom, 
     COLD_ORIG(fabric, FI_TBL_OPS, fabric_domain2_t, FI_SLOT_FABRIC_DOMAIN2, NULL);
     int r = fn_(fabric, info, dom, flags, ctx);
     if (st_recording())
-        fi_domain_opened(fabric, info, r == 0 ? *dom : NULL, r);
+        fi_domain_opened(ts, fabric, info, r == 0 ? *dom : NULL, r);
     return r;
 }
 
 /* ------------------------------------------------------------------ domain */
 
-static void fi_ep_opened(const char *fn, void *dom, struct fi_abi_info *info, void *ep, int ret)
+static void fi_ep_opened(uint64_t ts, const char *fn, void *dom, struct fi_abi_info *info, void *ep, int ret)
 {
     struct fi_obj *d = fi_find(dom);
     struct fi_obj *o = ret == 0 ? fi_track(ep, FI_KIND_EP, d) : NULL;
@@ -246,7 +249,7 @@ static void fi_ep_opened(const char *fn, void *dom, struct fi_abi_info *info, vo
         }
     }
     fi_quote(prov, sizeof(prov), o ? o->prov : d ? d->prov : NULL);
-    st_coldf(st_now(), "\"ev\":\"fi_endpoint\",\"fn\":\"%s\",\"domain\":%lu,\"ep\":%lu,\"provider\":%s,\"ep_type\":%d,"
+    st_coldf(ts, "\"ev\":\"fi_endpoint\",\"fn\":\"%s\",\"domain\":%lu,\"ep\":%lu,\"provider\":%s,\"ep_type\":%d,"
              "\"addr_format\":%u,%s,%s,\"traced\":%s,\"ret\":%d", fn, (unsigned long)dom,
              ret == 0 ? (unsigned long)ep : 0ul, prov, o ? o->ep_type : 0, o ? o->addr_format : 0, src, dest,
              o && o->ours[FI_TBL_MSG] ? "true" : "false", ret);
@@ -257,7 +260,7 @@ static int h_domain_endpoint(void *dom, struct fi_abi_info *info, void **ep, voi
     COLD_ORIG(dom, FI_TBL_OPS, domain_ep_t, FI_SLOT_DOMAIN_ENDPOINT, NULL);
     int r = fn_(dom, info, ep, ctx);
     if (st_recording())
-        fi_ep_opened("fi_endpoint", dom, info, r == 0 ? *ep : NULL, r);
+        fi_ep_opened(ts, "fi_endpoint", dom, info, r == 0 ? *ep : NULL, r);
     return r;
 }
 
@@ -266,7 +269,7 @@ static int h_domain_endpoint2(void *dom, struct fi_abi_info *info, void **ep, ui
     COLD_ORIG(dom, FI_TBL_OPS, domain_ep2_t, FI_SLOT_DOMAIN_ENDPOINT2, NULL);
     int r = fn_(dom, info, ep, flags, ctx);
     if (st_recording())
-        fi_ep_opened("fi_endpoint2", dom, info, r == 0 ? *ep : NULL, r);
+        fi_ep_opened(ts, "fi_endpoint2", dom, info, r == 0 ? *ep : NULL, r);
     return r;
 }
 
@@ -275,7 +278,7 @@ static int h_domain_scalable_ep(void *dom, struct fi_abi_info *info, void **ep, 
     COLD_ORIG(dom, FI_TBL_OPS, domain_ep_t, FI_SLOT_DOMAIN_SCALABLE_EP, NULL);
     int r = fn_(dom, info, ep, ctx);
     if (st_recording())
-        fi_ep_opened("fi_scalable_ep", dom, info, r == 0 ? *ep : NULL, r);
+        fi_ep_opened(ts, "fi_scalable_ep", dom, info, r == 0 ? *ep : NULL, r);
     return r;
 }
 
@@ -284,7 +287,7 @@ static int h_domain_srx_ctx(void *dom, void *attr, void **ep, void *ctx)
     COLD_ORIG(dom, FI_TBL_OPS, domain_srx_t, FI_SLOT_DOMAIN_SRX_CTX, NULL);
     int r = fn_(dom, attr, ep, ctx);
     if (st_recording())
-        fi_ep_opened("fi_srx_context", dom, NULL, r == 0 ? *ep : NULL, r);
+        fi_ep_opened(ts, "fi_srx_context", dom, NULL, r == 0 ? *ep : NULL, r);
     return r;
 }
 
@@ -295,7 +298,7 @@ static int h_domain_av_open(void *dom, void *attr, void **av, void *ctx)
     if (st_recording()) {
         if (r == 0)
             fi_track(*av, FI_KIND_AV, fi_find(dom));
-        st_coldf(st_now(), "\"ev\":\"fi_av_open\",\"domain\":%lu,\"av\":%lu,\"ret\":%d", (unsigned long)dom,
+        st_coldf(ts, "\"ev\":\"fi_av_open\",\"domain\":%lu,\"av\":%lu,\"ret\":%d", (unsigned long)dom,
                  r == 0 ? (unsigned long)*av : 0ul, r);
     }
     return r;
@@ -305,7 +308,7 @@ static int h_domain_av_open(void *dom, void *attr, void **av, void *ctx)
 
 /* One fi_av_insert event per address inserted: the bytes the program gave where the format says
  * how long they are, else what the av's lookup returns. */
-static void fi_av_inserted(void *av, const void *addrs, size_t count, const fi_addr_t *fi_addr)
+static void fi_av_inserted(uint64_t ts, void *av, const void *addrs, size_t count, const fi_addr_t *fi_addr)
 {
     struct fi_obj *o = NULL;
     void *const *tbl = fi_cold_orig(av, FI_TBL_OPS, &o);
@@ -332,7 +335,7 @@ static void fi_av_inserted(void *av, const void *addrs, size_t count, const fi_a
         }
         char text[700];
         fi_fmt_addr(text, sizeof(text), format, a, len);
-        st_coldf(st_now(), "\"ev\":\"fi_av_insert\",\"av\":%lu,\"fi_addr\":%llu,%s", (unsigned long)av,
+        st_coldf(ts, "\"ev\":\"fi_av_insert\",\"av\":%lu,\"fi_addr\":%llu,%s", (unsigned long)av,
                  (unsigned long long)fi_addr[i], text);
         if (p && len)
             p += len;
@@ -346,7 +349,7 @@ static int h_av_insert(void *av, const void *addr, size_t count, fi_addr_t *fi_a
     COLD_ORIG(av, FI_TBL_OPS, av_insert_t, FI_SLOT_AV_INSERT, NULL);
     int r = fn_(av, addr, count, fi_addr, flags, ctx);
     if (r > 0 && st_recording())
-        fi_av_inserted(av, addr, count, fi_addr);
+        fi_av_inserted(ts, av, addr, count, fi_addr);
     return r;
 }
 
@@ -355,7 +358,7 @@ static int h_av_insertsvc(void *av, const char *node, const char *service, fi_ad
     COLD_ORIG(av, FI_TBL_OPS, av_insertsvc_t, FI_SLOT_AV_INSERTSVC, NULL);
     int r = fn_(av, node, service, fi_addr, flags, ctx);
     if (r > 0 && st_recording())
-        fi_av_inserted(av, NULL, 1, fi_addr);
+        fi_av_inserted(ts, av, NULL, 1, fi_addr);
     return r;
 }
 
@@ -365,7 +368,7 @@ static int h_av_insertsym(void *av, const char *node, size_t nodecnt, const char
     COLD_ORIG(av, FI_TBL_OPS, av_insertsym_t, FI_SLOT_AV_INSERTSYM, NULL);
     int r = fn_(av, node, nodecnt, service, svccnt, fi_addr, flags, ctx);
     if (r > 0 && st_recording())
-        fi_av_inserted(av, NULL, nodecnt * svccnt, fi_addr);
+        fi_av_inserted(ts, av, NULL, nodecnt * svccnt, fi_addr);
     return r;
 }
 
@@ -384,7 +387,7 @@ static int h_fid_close(void *fid)
     if (r == 0 && o) {
         fi_forget(o);
         if (st_recording())
-            st_coldf(st_now(), "\"ev\":\"fi_close\",\"obj\":%lu,\"kind\":\"%s\"", (unsigned long)fid, fi_kind_names[kind]);
+            st_coldf(ts, "\"ev\":\"fi_close\",\"obj\":%lu,\"kind\":\"%s\"", (unsigned long)fid, fi_kind_names[kind]);
     }
     return r;
 }
@@ -397,7 +400,7 @@ static int h_fid_bind(void *fid, void *bfid, uint64_t flags)
     if (o && st_recording()) {
         struct fi_obj *b = fi_find(bfid);
         if (r == 0 && o->kind == FI_KIND_EP && b && b->kind == FI_KIND_AV)
-            st_coldf(st_now(), "\"ev\":\"fi_ep_bind\",\"ep\":%lu,\"av\":%lu", (unsigned long)fid, (unsigned long)bfid);
+            st_coldf(ts, "\"ev\":\"fi_ep_bind\",\"ep\":%lu,\"av\":%lu", (unsigned long)fid, (unsigned long)bfid);
         fi_sync(o); /* a provider may choose its data-path tables when bound */
     }
     return r;
@@ -407,6 +410,7 @@ static int h_fid_control(void *fid, int command, void *arg)
 {
     struct fi_obj *o = NULL;
     COLD_ORIG(fid, FI_TBL_FID, fid_control_t, FI_SLOT_FID_CONTROL, &o);
+    (void)ts;
     int r = fn_(fid, command, arg);
     if (o && st_recording())
         fi_sync(o); /* fi_enable is a control command: the tables may have changed */
@@ -417,6 +421,7 @@ static int h_ep_setopt(void *fid, int level, int name, const void *val, size_t l
 {
     struct fi_obj *o = NULL;
     COLD_ORIG(fid, FI_TBL_OPS, ep_setopt_t, FI_SLOT_EP_SETOPT, &o);
+    (void)ts;
     int r = fn_(fid, level, name, val, len);
     if (o && st_recording())
         fi_sync(o);
@@ -430,7 +435,7 @@ static int fi_ep_ctx(const char *fn, int slot, void *sep, int index, void *attr,
     COLD_ORIG(sep, FI_TBL_OPS, ep_ctx_t, slot, &o);
     int r = fn_(sep, index, attr, ctx_ep, context);
     if (st_recording())
-        fi_ep_opened(fn, o && o->parent ? o->parent->obj : NULL, NULL, r == 0 ? *ctx_ep : NULL, r);
+        fi_ep_opened(ts, fn, o && o->parent ? o->parent->obj : NULL, NULL, r == 0 ? *ctx_ep : NULL, r);
     return r;
 }
 
@@ -446,12 +451,12 @@ static int h_ep_rx_ctx(void *sep, int index, void *attr, void **rx, void *ctx)
 
 /* ------------------------------------------------------------------ connection management */
 
-static void fi_peer_event(const char *ev, void *ep, struct fi_obj *o, const void *addr, int ret)
+static void fi_peer_event(uint64_t ts, const char *ev, void *ep, struct fi_obj *o, const void *addr, int ret)
 {
     char text[700];
     uint32_t format = o ? o->addr_format : 0;
     fi_fmt_addr(text, sizeof(text), format, addr, addr ? fi_addr_len(format, addr) : 0);
-    st_coldf(st_now(), "\"ev\":\"%s\",\"ep\":%lu,%s,\"ret\":%d", ev, (unsigned long)ep, text, ret);
+    st_coldf(ts, "\"ev\":\"%s\",\"ep\":%lu,%s,\"ret\":%d", ev, (unsigned long)ep, text, ret);
 }
 
 static int h_cm_connect(void *ep, const void *addr, const void *param, size_t paramlen)
@@ -460,7 +465,7 @@ static int h_cm_connect(void *ep, const void *addr, const void *param, size_t pa
     COLD_ORIG(ep, FI_TBL_CM, cm_connect_t, FI_SLOT_CM_CONNECT, &o);
     int r = fn_(ep, addr, param, paramlen);
     if (st_recording())
-        fi_peer_event("fi_connect", ep, o, addr, r);
+        fi_peer_event(ts, "fi_connect", ep, o, addr, r);
     return r;
 }
 
@@ -475,7 +480,7 @@ static int h_cm_accept(void *ep, const void *param, size_t paramlen)
         size_t n = sizeof(peer);
         cm_getpeer_t getpeer = *(size_t *)tbl_ > 8 * FI_SLOT_CM_GETPEER ? (cm_getpeer_t)tbl_[FI_SLOT_CM_GETPEER] : NULL;
         int have = getpeer && getpeer(ep, peer, &n) == 0;
-        fi_peer_event("fi_accept", ep, o, have ? peer : NULL, r);
+        fi_peer_event(ts, "fi_accept", ep, o, have ? peer : NULL, r);
     }
     return r;
 }

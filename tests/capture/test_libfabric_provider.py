@@ -2,17 +2,17 @@
 
 A stand-in provider (bench/capture/stubfabric.c, built as libfabric.so.1) driven by
 bench/capture/fi_hotloop.c: exact calls with their bytes, remote address, key and destination,
-including after the provider writes a new table through an endpoint's pointer (fi_ep_bind) and
-after it swaps one (fi_enable), an endpoint table the provider frees at fi_close, and attach mode
-(objects opened before the attach are not traced, and a cold event says so), and a scalable
-endpoint's transmit context.
+also after the provider writes a new table through an endpoint's pointer (fi_ep_bind) or swaps
+one (fi_enable), on a scalable endpoint's transmit context, with a table the provider frees at
+fi_close; attach mode (objects opened before the attach are not traced, a cold event says so)
+and detach (the endpoint's own tables back).
 
-Debian's fi_pingpong (libfabric 1.17, verbs provider) under
-`sigmatrace spawn` on the emulated NIC: msg, rdm (verbs;ofi_rxm) and dgram endpoints, simple and
-full mode.  Every send and receive the program makes is counted exactly, with its bytes; the
-peer's fi_addr_t (or a connected endpoint's peer) is resolved to an address in the cold events;
-rxm's calls on its inner verbs endpoints are nested inside the program's; and for msg endpoints
-each fi_send / fi_recv encloses exactly the verbs work request it posted.
+Debian's fi_pingpong (libfabric 1.17, verbs provider) under `sigmatrace spawn` on the emulated
+NIC: msg, rdm (verbs;ofi_rxm) and dgram endpoints, simple and full mode.  Every send and
+receive the program makes is counted exactly, with its bytes; the peer's fi_addr_t (or a
+connected endpoint's peer) is resolved to an address in the cold events; rxm's calls on its
+inner verbs endpoints are nested inside the program's; and each msg and dgram fi_send / fi_recv
+(and each of rxm's inner sends) encloses exactly the verbs work request it posted.
 
 What fi_pingpong -S SIZE -I ITERS calls on its endpoint, per side (util/pingpong.c):
 - one fi_recv when the endpoint is set up, then one per iteration (its receive is reposted after
@@ -32,7 +32,6 @@ import signal
 import socket
 import subprocess
 import time
-
 from pathlib import Path
 
 import pytest
