@@ -19,7 +19,7 @@ class Mode(str, enum.Enum):
 
 
 # Providers the Frida agent can carry (one hooks/<name>.js each) and those run elsewhere.
-AGENT_PROVIDERS = ("verbs", "mlx5", "cuda", "ucx")
+AGENT_PROVIDERS = ("verbs", "mlx5", "cuda", "ucx", "libfabric")
 EXTERNAL_PROVIDERS = ("cxi",)
 ALL_PROVIDERS = AGENT_PROVIDERS + EXTERNAL_PROVIDERS
 
