@@ -623,7 +623,15 @@ struct sn_engine *sn_engine_get(struct sn_device *dev)
     eng->next_uar_id = 1;
     eng->next_umem_id = 1;
     eng->next_obj = 1;
-    pthread_mutex_init(&eng->lock, NULL);
+    {
+        /* error-checking: engine_stop must find out whether its own thread holds the lock */
+        pthread_mutexattr_t attr;
+
+        pthread_mutexattr_init(&attr);
+        pthread_mutexattr_settype(&attr, PTHREAD_MUTEX_ERRORCHECK);
+        pthread_mutex_init(&eng->lock, &attr);
+        pthread_mutexattr_destroy(&attr);
+    }
     if (!g_ring_bytes)
         g_ring_bytes = ring_bytes();
     eng->inbox = sn_inbox_create(dev->lid, g_ring_bytes, &eng->inbox_len);
@@ -661,10 +669,27 @@ out:
 
 static void engine_stop(struct sn_engine *eng)
 {
+    /* exit() may run on a thread that holds the engine lock: a signal handler that calls exit()
+     * (libinfinipath's, loaded by libfabric, does on SIGTERM) interrupted a pass of the polling
+     * assist or a control verb.  The engine thread then waits for that lock for ever, and
+     * joining it would hang the exit; the interrupted pass never resumes, so the fabric can be
+     * left all the same, but the engine itself stays.  EDEADLK says this thread holds it; a
+     * signal inside pthread_mutex_trylock, after the lock word was taken but before the owner
+     * was recorded, leaves it held by nobody known: not released within a second, it is
+     * taken as this thread's too (a pass or a control verb lasts milliseconds at most). */
+    struct timespec until;
+
+    clock_gettime(CLOCK_REALTIME, &until);
+    until.tv_sec += 1;
+    int held_here = pthread_mutex_timedlock(&eng->lock, &until) != 0;
+
     atomic_store(&eng->stop, 1);
+    if (!held_here)
+        pthread_mutex_unlock(&eng->lock);
     atomic_fetch_add(&eng->inbox->wake_seq, 1);
     sn_futex_wake(&eng->inbox->wake_seq);
-    pthread_join(eng->thread, NULL);
+    if (!held_here)
+        pthread_join(eng->thread, NULL);
     sn_fabric_leave(eng->lid);
     for (struct sn_peer *p = eng->peers, *n; p; p = n) {
         n = p->next;
@@ -680,6 +705,8 @@ static void engine_stop(struct sn_engine *eng)
                (unsigned long long)eng->n_assists, (unsigned long long)eng->n_bad_doorbells,
                (unsigned long long)eng->n_errors, (unsigned long long)eng->n_ud_dropped);
     sn_inbox_destroy(eng->inbox, eng->inbox_len, eng->lid);
+    if (held_here)
+        return;
     free(eng->mrs);
     pthread_mutex_destroy(&eng->lock);
     free(eng);
