@@ -7,10 +7,16 @@
    the other process stores the 8 bytes -> completion back).
 2. Ping-pong latency: Debian's ibv_rc_pingpong with 8-byte SENDs (polling; usec/iter is a
    round trip), against an 8-byte ping-pong through shared memory.
-3. UCX (Debian's ucx_perftest, when installed): 8-byte UCT put latency (put_lat, one way) and
-   put message rate (put_bw, bcopy) over rc_mlx5 on the emulated NIC (under `sigmatrace simnic
-   run`, which shows UCX the device in /sys; needs root), against UCX's own posix shared-memory
-   transport between the same two processes.
+3. UCX (Debian's ucx_perftest, when installed): 8-byte UCT put latency (put_lat, one way: the
+   median iteration and the overall average) and put message rate (put_bw, bcopy) over rc_mlx5
+   on the emulated NIC (under `sigmatrace simnic run`, which shows UCX the device in /sys; needs
+   root), against UCX's own posix shared-memory transport between the same two processes.
+   rc_mlx5 posts WQEs and rings the UAR itself, so the engine watches those doorbells at its
+   own cadence; two more figures say what that costs and what bounds it:
+   - the engine thread's CPU time with nothing to do, with and without such direct queues
+     (bench/simnic/engine_idle.c), right after work and long after it;
+   - posix put_lat with both ucx_perftest processes on one CPU (taskset): what spinning threads
+     get when they outnumber the cores, as the two programs and their engines do on two cores.
 
 Each round runs every case on the NIC and its baseline back to back; the figures are medians
 over the rounds, with the range (min-max) beside them: on a shared machine single runs vary
@@ -112,9 +118,18 @@ def shm_latency(iters: int) -> float:
     return float(re.search(r"([\d.]+) usec/iter", out).group(1))
 
 
-def ucx_perftest(fabric: str | None, test: str, tl: str, dev: str, iters: int, column: int) -> float:
-    """One ucx_perftest pair (-f output); COLUMN of its result row (3 overall latency usec,
-    7 overall message rate).  FABRIC: on the emulated NIC under `simnic run`, else plain."""
+_last_rows: dict[tuple, list[str]] = {}
+
+
+def ucx_perftest(fabric: str | None, test: str, tl: str, dev: str, iters: int, column: int,
+                 cpus: str | None = None, reuse: bool = False) -> float:
+    """One ucx_perftest pair (-f output); COLUMN of its result row (1 median latency usec,
+    3 overall latency usec, 7 overall message rate).  FABRIC: on the emulated NIC under
+    `simnic run`, else plain.  CPUS: both processes under `taskset -c CPUS`.  REUSE: the row
+    of the previous run of the same configuration (one run gives the median and the overall)."""
+    key = (fabric, test, tl, dev, iters, cpus)
+    if reuse and key in _last_rows:
+        return float(_last_rows[key][column])
     port = str(free_port())
     args = ["ucx_perftest", "-p", port, "-t", test, "-x", tl, "-d", dev, "-n", str(iters),
             "-w", str(max(1, iters // 10)), "-s", "8", "-f"]
@@ -122,9 +137,19 @@ def ucx_perftest(fabric: str | None, test: str, tl: str, dev: str, iters: int, c
         args += ["-D", "bcopy"]
     wrap = ([sys.executable, "-m", "sigmatrace.cli.main", "simnic", "run", "-f", fabric, "--"]
             if fabric else [])
+    if cpus:
+        wrap = ["taskset", "-c", cpus, *wrap]
     _, out = run_pair([*wrap, *args], [*wrap, *args, "127.0.0.1"], dict(os.environ))
     rows = [ln.split() for ln in out.splitlines() if re.match(r"^\s+\d+\s+[\d.]+", ln)]
+    _last_rows[key] = rows[-1]
     return float(rows[-1][column])
+
+
+def engine_idle(env: dict, direct: bool) -> list[float]:
+    """The engine thread's CPU (% of one core) over 0-100 ms, 100 ms-1 s and 1-3 s after one
+    write (bench/simnic/engine_idle.c)."""
+    out = run([str(BIN / "simnic_engine_idle"), *(["-d"] if direct else [])], env=env)
+    return [float(v) for v in re.findall(r"window \S+ ms: ([\d.]+) %", out)]
 
 
 def main() -> int:
@@ -136,7 +161,7 @@ def main() -> int:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--json", type=Path, help="also write the figures here")
     a = ap.parse_args()
-    for name in ("rdma_stream", "simnic_shm_baseline"):
+    for name in ("rdma_stream", "simnic_shm_baseline", "simnic_engine_idle"):
         if not (BIN / name).exists():
             raise SystemExit(f"{BIN / name} is not built: python native/build.py")
     writes = a.writes - a.writes % (64 * a.qps)
@@ -157,9 +182,12 @@ def main() -> int:
     if shutil.which("ucx_perftest") and sysview.requirement() is None:
         ucx = fabric + "-ucx"
         cases += [
-            ("8 B UCX put latency (rc_mlx5 | posix)", "usec",
-             lambda: ucx_perftest(ucx, "put_lat", "rc_mlx5", "mlx5_0:1", a.ucx_iters, 3),
-             lambda: ucx_perftest(None, "put_lat", "posix", "memory", a.ucx_iters, 3)),
+            ("8 B UCX put latency, median (rc_mlx5 | posix)", "usec",
+             lambda: ucx_perftest(ucx, "put_lat", "rc_mlx5", "mlx5_0:1", a.ucx_iters, 1),
+             lambda: ucx_perftest(None, "put_lat", "posix", "memory", a.ucx_iters, 1)),
+            ("8 B UCX put latency, overall (rc_mlx5 | posix)", "usec",
+             lambda: ucx_perftest(ucx, "put_lat", "rc_mlx5", "mlx5_0:1", a.ucx_iters, 3, reuse=True),
+             lambda: ucx_perftest(None, "put_lat", "posix", "memory", a.ucx_iters, 3, reuse=True)),
             ("8 B UCX put bcopy rate (rc_mlx5 | posix)", "msg/s",
              lambda: ucx_perftest(ucx, "put_bw", "rc_mlx5", "mlx5_0:1", 10 * a.ucx_iters, 7),
              lambda: ucx_perftest(None, "put_bw", "posix", "memory", 10 * a.ucx_iters, 7)),
@@ -168,11 +196,20 @@ def main() -> int:
         print("UCX cases left out: ucx_perftest is missing or the /sys view cannot be made "
               f"({sysview.requirement()})", file=sys.stderr)
     results: dict[str, dict[str, list[float]]] = {c[0]: {"simnic": [], "shm": []} for c in cases}
+    idle: dict[str, list[list[float]]] = {"direct": [], "verbs": []}
+    one_cpu: list[tuple[float, float]] = []
     try:
         for r in range(a.rounds):
             for name, _unit, nic, shm in cases:
                 results[name]["simnic"].append(nic())
                 results[name]["shm"].append(shm())
+            idle["direct"].append(engine_idle(env, True))
+            idle["verbs"].append(engine_idle(env, False))
+            if any(c[0].startswith("8 B UCX") for c in cases):
+                iters = max(20, a.ucx_iters // 10)
+                one_cpu.append((ucx_perftest(None, "put_lat", "posix", "memory", iters, 1, cpus="0"),
+                                ucx_perftest(None, "put_lat", "posix", "memory", iters, 3, cpus="0",
+                                             reuse=True)))
             print(f"round {r + 1}/{a.rounds} done", file=sys.stderr)
     finally:
         cleanup(fabric)
@@ -197,8 +234,19 @@ def main() -> int:
               f"{nic_v / shm_v:>6.2f}")
         summary[name] = {"unit": unit, "simnic": results[name]["simnic"], "shm": results[name]["shm"],
                          "simnic_median": nic_v, "shm_median": shm_v}
+    print("\nengine thread CPU with nothing to do, % of one core (medians; 0-100 ms | 100 ms-1 s | "
+          "1-3 s after its last work)")
+    for kind, label in (("direct", "direct queues (mlx5dv_init_obj)"), ("verbs", "verbs queues only")):
+        cols = [statistics.median(w[i] for w in idle[kind]) for i in range(3)]
+        print(f"  {label:<34} " + " | ".join(f"{c:6.2f}" for c in cols))
+    if one_cpu:
+        print("\nposix put_lat with both ucx_perftest processes on CPU 0 (more spinning threads than "
+              f"cores): median {statistics.median(m for m, _ in one_cpu):.2f} usec, overall "
+              f"{statistics.median(o for _, o in one_cpu):.2f} usec")
     if a.json:
-        a.json.write_text(json.dumps({"load": load, "cores": os.cpu_count(), "cases": summary}, indent=2))
+        a.json.write_text(json.dumps({"load": load, "cores": os.cpu_count(), "cases": summary,
+                                      "engine_idle_pct": idle, "posix_one_cpu_usec": one_cpu},
+                                     indent=2))
     return 0
 
 

@@ -6,7 +6,10 @@
  * finds nothing to do the engine backs off: spin briefly, then yield, then sleep on a futex
  * in its shared inbox with a timeout that grows to 1 ms.  Local posters and remote engines
  * wake it when they find it asleep, so only UAR doorbells written by other agents (GPU
- * kernels, CPU proxies) wait for the timeout.
+ * kernels, CPU proxies) wait for the timeout.  Queues a program posts to itself (DevX, or
+ * handed out by mlx5dv_init_obj: UCX's rc_mlx5 / ud_mlx5) ring doorbells nobody announces,
+ * as on hardware: while any exist the engine wakes every 20 us for 100 ms after its last work
+ * (skipping the yield), then backs off as before.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -24,6 +27,8 @@
 #define YIELD_NS 250000ull              /* then sched_yield until this long */
 #define SLEEP_MIN_NS 50000l
 #define SLEEP_MAX_NS 1000000l
+#define DIRECT_POLL_NS 20000l           /* doorbells of direct queues: watched this often */
+#define DIRECT_HOT_NS 100000000ull      /* for this long after the last work, then back off */
 #define TIMER_PERIOD_NS 1000000ull
 
 static uint64_t g_ring_bytes;
@@ -58,6 +63,16 @@ void sn_engine_add_qp(struct sn_engine *eng, struct sn_eqp *q)
     eng->qp_hash[b] = q;
     q->next = eng->qps;
     eng->qps = q;
+    if (q->direct)
+        eng->n_direct_qps++;
+}
+
+void sn_engine_qp_direct(struct sn_engine *eng, struct sn_eqp *q)
+{
+    if (!q->direct) {
+        q->direct = 1;
+        eng->n_direct_qps++;
+    }
 }
 
 void sn_engine_del_qp(struct sn_engine *eng, struct sn_eqp *q)
@@ -72,6 +87,8 @@ void sn_engine_del_qp(struct sn_engine *eng, struct sn_eqp *q)
     for (pp = &eng->qps; *pp; pp = &(*pp)->next)
         if (*pp == q) {
             *pp = q->next;
+            if (q->direct)
+                eng->n_direct_qps--;
             break;
         }
 }
@@ -487,6 +504,19 @@ static void pin_engine(void)
         sn_log("SIMNIC_ENGINE_CPUS=%s: cannot pin the engine thread; it runs unpinned", env);
 }
 
+/* Whether the engine spins after work while direct queues exist.  Their programs spin on
+ * memory themselves and never enter the library: with fewer cores than two such programs and
+ * their engines need, an engine's spin takes the core the peer program needs, and latency
+ * becomes the scheduler's time slice (measured: bench/simnic_bench.py). */
+static int spin_beside_direct(void)
+{
+    static int cached = -1;
+
+    if (cached < 0)
+        cached = sysconf(_SC_NPROCESSORS_ONLN) >= 4;
+    return cached;
+}
+
 static void *engine_main(void *arg)
 {
     struct sn_engine *eng = arg;
@@ -501,7 +531,8 @@ static void *engine_main(void *arg)
     prctl(PR_SET_TIMERSLACK, 1000UL, 0, 0, 0);      /* 1 us: short sleeps stay short */
 
     while (!atomic_load_explicit(&eng->stop, memory_order_acquire)) {
-        uint64_t now;
+        uint64_t now, idle;
+        int direct;
 
         if (engine_pass(eng)) {
             idle_since = 0;
@@ -511,13 +542,19 @@ static void *engine_main(void *arg)
         now = eng->now_ns;
         if (!idle_since)
             idle_since = now;
-        if (now - idle_since < SPIN_NS) {
+        idle = now - idle_since;
+        direct = eng->n_direct_qps != 0;
+        if (idle < SPIN_NS && (!direct || spin_beside_direct())) {
             for (int i = 0; i < 16; i++)
                 cpu_relax();
-        } else if (now - idle_since < YIELD_NS) {
+        } else if (!direct && idle < YIELD_NS) {
             sched_yield();
         } else {
             uint32_t seq;
+            /* Doorbells of direct queues wake nobody: watch them at a short cadence while
+             * they have had work recently, as hardware sees them at once; then back off. */
+            int hot = direct && idle < DIRECT_HOT_NS;
+            long wait_ns = hot ? DIRECT_POLL_NS : sleep_ns;
 
             atomic_store(&ib->sleeping, 1);
             seq = atomic_load(&ib->wake_seq);
@@ -528,12 +565,12 @@ static void *engine_main(void *arg)
                 continue;
             }
             eng->n_sleeps++;
-            sn_futex_wait(&ib->wake_seq, seq, sleep_ns);
+            sn_futex_wait(&ib->wake_seq, seq, wait_ns);
             atomic_store(&ib->sleeping, 0);
             if (atomic_load(&ib->wake_seq) != seq) {        /* woken: work is coming */
                 idle_since = 0;
                 sleep_ns = SLEEP_MIN_NS;
-            } else if (sleep_ns < SLEEP_MAX_NS) {
+            } else if (!hot && sleep_ns < SLEEP_MAX_NS) {
                 sleep_ns *= 2;
                 if (sleep_ns > SLEEP_MAX_NS)
                     sleep_ns = SLEEP_MAX_NS;
@@ -586,7 +623,15 @@ struct sn_engine *sn_engine_get(struct sn_device *dev)
     eng->next_uar_id = 1;
     eng->next_umem_id = 1;
     eng->next_obj = 1;
-    pthread_mutex_init(&eng->lock, NULL);
+    {
+        /* error-checking: engine_stop must find out whether its own thread holds the lock */
+        pthread_mutexattr_t attr;
+
+        pthread_mutexattr_init(&attr);
+        pthread_mutexattr_settype(&attr, PTHREAD_MUTEX_ERRORCHECK);
+        pthread_mutex_init(&eng->lock, &attr);
+        pthread_mutexattr_destroy(&attr);
+    }
     if (!g_ring_bytes)
         g_ring_bytes = ring_bytes();
     eng->inbox = sn_inbox_create(dev->lid, g_ring_bytes, &eng->inbox_len);
@@ -624,10 +669,27 @@ out:
 
 static void engine_stop(struct sn_engine *eng)
 {
+    /* exit() may run on a thread that holds the engine lock: a signal handler that calls exit()
+     * (libinfinipath's, loaded by libfabric, does on SIGTERM) interrupted a pass of the polling
+     * assist or a control verb.  The engine thread then waits for that lock for ever, and
+     * joining it would hang the exit; the interrupted pass never resumes, so the fabric can be
+     * left all the same, but the engine itself stays.  EDEADLK says this thread holds it; a
+     * signal inside pthread_mutex_trylock, after the lock word was taken but before the owner
+     * was recorded, leaves it held by nobody known: not released within a second, it is
+     * taken as this thread's too (a pass or a control verb lasts milliseconds at most). */
+    struct timespec until;
+
+    clock_gettime(CLOCK_REALTIME, &until);
+    until.tv_sec += 1;
+    int held_here = pthread_mutex_timedlock(&eng->lock, &until) != 0;
+
     atomic_store(&eng->stop, 1);
+    if (!held_here)
+        pthread_mutex_unlock(&eng->lock);
     atomic_fetch_add(&eng->inbox->wake_seq, 1);
     sn_futex_wake(&eng->inbox->wake_seq);
-    pthread_join(eng->thread, NULL);
+    if (!held_here)
+        pthread_join(eng->thread, NULL);
     sn_fabric_leave(eng->lid);
     for (struct sn_peer *p = eng->peers, *n; p; p = n) {
         n = p->next;
@@ -643,6 +705,8 @@ static void engine_stop(struct sn_engine *eng)
                (unsigned long long)eng->n_assists, (unsigned long long)eng->n_bad_doorbells,
                (unsigned long long)eng->n_errors, (unsigned long long)eng->n_ud_dropped);
     sn_inbox_destroy(eng->inbox, eng->inbox_len, eng->lid);
+    if (held_here)
+        return;
     free(eng->mrs);
     pthread_mutex_destroy(&eng->lock);
     free(eng);

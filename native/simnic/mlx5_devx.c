@@ -323,6 +323,7 @@ static struct mlx5dv_devx_obj *create_qp(struct sn_context *ctx, const void *in,
         return NULL;
     }
     q->devx = 1;
+    q->direct = 1;
     q->type = SN_QPT_RC;
     q->pdn = prm_get(in, PRM_QPC_PD);
     q->uidx = prm_get(in, PRM_QPC_USER_INDEX);

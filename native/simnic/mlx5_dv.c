@@ -23,6 +23,10 @@ static int init_qp(struct ibv_qp *ibqp, struct mlx5dv_qp *dv)
     if (dv->comp_mask & MLX5DV_QP_MASK_UAR_MMAP_OFFSET)
         dv->uar_mmap_offset = (off_t)qp->uar->page_id * SN_PAGE;
     dv->comp_mask &= MLX5DV_QP_MASK_UAR_MMAP_OFFSET;
+    /* From now on the program may write WQEs and ring bf.reg without calling us. */
+    pthread_mutex_lock(&qp->ctx->eng->lock);
+    sn_engine_qp_direct(qp->ctx->eng, &qp->e);
+    pthread_mutex_unlock(&qp->ctx->eng->lock);
     return 0;
 }
 

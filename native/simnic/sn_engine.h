@@ -191,6 +191,8 @@ struct sn_eqp {
     uint32_t qpn;
     uint8_t type;                   /* SN_QPT_RC / SN_QPT_UC / SN_QPT_UD */
     uint8_t devx;
+    uint8_t direct;                 /* the program writes its WQEs and rings the UAR itself
+                                     * (DevX, or handed out by mlx5dv_init_obj) */
     uint8_t sq_signal_all;
     _Atomic int state;              /* IBV_QPS_*: the engine's (hardware) state */
     uint32_t pdn;
@@ -332,6 +334,7 @@ struct sn_engine {
     uint64_t n_assists;
     uint64_t n_ud_dropped;          /* datagrams dropped: no receive, Q_Key, MTU, no port */
     uint32_t n_gpu_objects;         /* queues in CUDA memory: no polling assist */
+    uint32_t n_direct_qps;          /* QPs with `direct` set: doorbells nobody announces */
 };
 
 /* eng_core.c */
@@ -345,6 +348,8 @@ void sn_engine_add_uar(struct sn_engine *eng, struct sn_uar *uar);
 void sn_engine_del_uar(struct sn_engine *eng, struct sn_uar *uar);
 void sn_engine_add_qp(struct sn_engine *eng, struct sn_eqp *q);
 void sn_engine_del_qp(struct sn_engine *eng, struct sn_eqp *q);
+/* engine lock held: the program posts to Q itself from now on (mlx5dv_init_obj) */
+void sn_engine_qp_direct(struct sn_engine *eng, struct sn_eqp *q);
 struct sn_eqp *sn_engine_find_qp(struct sn_engine *eng, uint32_t qpn);
 void sn_engine_add_cq(struct sn_engine *eng, struct sn_ecq *cq);
 void sn_engine_del_cq(struct sn_engine *eng, struct sn_ecq *cq);

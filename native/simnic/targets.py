@@ -57,3 +57,8 @@ TARGETS.append(
     Target(out="bin/simnic_shm_baseline", sources=["bench/simnic/shm_baseline.c"], kind="exe",
            cflags=["-O2"]),
 )
+# The CPU an idle engine thread costs, with and without direct queues (bench/simnic_bench.py).
+TARGETS.append(
+    Target(out="bin/simnic_engine_idle", sources=["bench/simnic/engine_idle.c"], kind="exe",
+           cflags=["-O2"], libs=["ibverbs", "mlx5"]),
+)

@@ -15,6 +15,7 @@ from sigmatrace.simnic import (cleanup, cudastub_dir, environment, fabric_ports,
                                unique_fabric)
 
 from .conftest import free_port, run
+from .test_ex_verbs import build
 
 ST = [sys.executable, "-m", "sigmatrace.cli.main", "simnic"]
 
@@ -113,3 +114,14 @@ def test_next_process_on_any_fabric_removes_what_killed_processes_left(fabric):
         live.wait()
         cleanup(live_fabric)
         cleanup(dead_fabric)
+
+
+def test_exit_from_a_signal_handler_during_a_poll(tmp_path, fabric):
+    """exit() from a signal handler that interrupts ibv_poll_cq (libinfinipath's SIGTERM handler,
+    which libfabric loads, does it) may run on the thread holding the engine lock, inside a pass
+    of the polling assist: each of 20 children still ends, with exit()'s status, and leaves the
+    fabric (the fixture finds nothing of it in /dev/shm)."""
+    prog = build(tmp_path, "exit_in_poll", "-libverbs")
+    r = run([str(prog), "20"], {**os.environ, **environment(devices=1, fabric=fabric)}, timeout=200)
+    assert r.rc == 0, r.out + r.err
+    assert r.out.splitlines() == ["children exited 3: 20"], r.out

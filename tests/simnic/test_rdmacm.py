@@ -45,9 +45,10 @@ def test_rping_validates_every_ping(nic_env):
     _rping(nic_env)
 
 
-@pytest.mark.xfail(strict=False, reason="known race, about 1 run in 6: rping -q's teardown sometimes ends its "
-                   "CM thread with 'rdma_get_cm_event: Bad file descriptor' after every ping validated; "
-                   "not yet found whether ours or rping's")
+@pytest.mark.xfail(strict=False, reason="rping's own race (docs/simnic.md, Known races), about 1 run in 6 "
+                   "on a loaded 2-core machine: its main thread destroys the event channel while its CM "
+                   "thread loops on rdma_get_cm_event, which then fails with EBADF after every ping "
+                   "was validated")
 def test_rping_self_managed_qp(nic_env):
     """-q: rping creates and moves its QPs itself (rdma_init_qp_attr, CONNECT_RESPONSE,
     rdma_establish)."""

@@ -139,10 +139,12 @@ def test_ucx_info_lists_every_ib_transport(fabric):
 
 # ---- ucx_perftest UCT tests ---------------------------------------------------------------------
 
+# every layout (short, bcopy, zcopy) of put, get and am, latency and bandwidth, and the atomics
 RC_MLX5 = [
-    ("put_lat", "short", None), ("put_bw", "bcopy", None), ("put_bw", "zcopy", 4096),
-    ("get", "bcopy", None), ("get", "zcopy", 4096),
-    ("am_lat", "short", None), ("am_bw", "bcopy", None), ("am_bw", "zcopy", 2048),
+    ("put_lat", "short", None), ("put_bw", "short", None), ("put_bw", "bcopy", None),
+    ("put_bw", "zcopy", 4096), ("get", "bcopy", None), ("get", "zcopy", 4096),
+    ("am_lat", "short", None), ("am_lat", "bcopy", None), ("am_lat", "zcopy", 2048),
+    ("am_bw", "short", None), ("am_bw", "bcopy", None), ("am_bw", "zcopy", 2048),
     ("add_lat", None, None), ("add_mr", None, None), ("fadd", None, None), ("cswap", None, None),
 ]
 
@@ -160,15 +162,19 @@ def test_perftest_rc_mlx5_verbs_fallback(test, layout, size, fabric):
 
 
 @pytest.mark.parametrize("test,layout,size", [
-    ("put_lat", "short", None), ("put_bw", "zcopy", 4096), ("get", "zcopy", 4096),
-    ("am_lat", "bcopy", None), ("am_bw", "short", None), ("fadd", None, None), ("cswap", None, None),
+    ("put_lat", "short", None), ("put_bw", "short", None), ("put_bw", "bcopy", None),
+    ("put_bw", "zcopy", 4096), ("get", "bcopy", None), ("get", "zcopy", 4096),
+    ("am_lat", "short", None), ("am_lat", "bcopy", None), ("am_lat", "zcopy", 2048),
+    ("am_bw", "short", None), ("am_bw", "bcopy", None), ("am_bw", "zcopy", 2048),
+    ("fadd", None, None), ("cswap", None, None),
 ])
 def test_perftest_rc_verbs(test, layout, size, fabric):
     check_run(fabric, os.environ, test, "rc_verbs", layout, size)
 
 
 # UD offers active messages only (no put, get or atomics)
-UD = [("am_lat", "short", None), ("am_bw", "bcopy", None), ("am_bw", "zcopy", 1024)]
+UD = [("am_lat", "short", None), ("am_lat", "bcopy", None), ("am_lat", "zcopy", 1024),
+      ("am_bw", "short", None), ("am_bw", "bcopy", None), ("am_bw", "zcopy", 1024)]
 
 
 @pytest.mark.parametrize("test,layout,size", UD)
