@@ -191,3 +191,17 @@ def test_the_sys_view_shows_the_peer_memory_module_only_with_devices(tmp_path):
     sysview._write_tree(staged, {"sys/class/infiniband_verbs/abi_version": "6\n", sysview.PEERMEM_VERSION: "1.0\n"}, 0)
     assert (tmp_path / "class/infiniband_verbs/abi_version").read_text() == "6\n"
     assert not any(p.name == "version" for p in tmp_path.rglob("*"))
+
+
+def test_io_memory_registration_of_the_uar_page_is_granted_as_hardware_does(gda_run):
+    """NVSHMEM's IBGDA maps the UAR with cudaHostRegister(IoMemory) and has no fallback; the
+    emulated UAR is ordinary memory, which the driver (and its test double) refuses as I/O memory.
+    Traced, the registration succeeds and the doorbells still go through the repeater."""
+    r = gda_run(["--mode", "ops", "-n", "50", "--ops", "write,read,fadd", "--uar-flags", "iomem"])
+    assert r.summary["verify"]["ok"]
+    regs = [ev for ev in r.cold() if ev["ev"] == "cu_host_register" and ev["uar"]]
+    assert [(ev["flags"] & 4, ev["substituted"], ev["ret"]) for ev in regs] == [(4, True, 0)]
+    assert r.report()["wqe_ops"] == {"RDMA_WRITE": 50, "RDMA_READ": 50, "ATOMIC_FA": 50}
+    # untraced, the emulated NIC alone still refuses it (the example then has no doorbell)
+    untraced = gda_run(["--mode", "ops", "-n", "5", "--uar-flags", "iomem"], traced=False, expect_ok=False)
+    assert untraced.proc.returncode != 0 and "cannot map the doorbell" in untraced.proc.stderr
