@@ -16,20 +16,27 @@ static pthread_mutex_t reg_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct reg_ent regs[1024];
 static int n_regs;
 
-static void note_register(const char *fn, void *p, size_t n, unsigned flags, CUresult r, uint64_t ts)
+static int is_uar(void *p, size_t n)
 {
     struct devx_uar_view v;
     devx_lock();
     int uar = devx_uar_find((uint64_t)(uintptr_t)p, n, &v) >= 0;
     devx_unlock();
+    return uar;
+}
+
+static void note_register(const char *fn, void *p, size_t n, unsigned flags, int uar, int substituted, CUresult r,
+                          uint64_t ts)
+{
     if (r == CUDA_SUCCESS) {
         pthread_mutex_lock(&reg_lock);
         if (n_regs < (int)(sizeof(regs) / sizeof(regs[0])))
             regs[n_regs++] = (struct reg_ent){(uint64_t)(uintptr_t)p, n, flags, uar};
         pthread_mutex_unlock(&reg_lock);
     }
-    db_cold_at(ts, "\"ev\":\"cu_host_register\",\"fn\":\"%s\",\"addr\":%" PRIu64 ",\"size\":%zu,\"flags\":%u,\"uar\":%s,\"ret\":%d",
-               fn, (uint64_t)(uintptr_t)p, n, flags, uar ? "true" : "false", r);
+    db_cold_at(ts, "\"ev\":\"cu_host_register\",\"fn\":\"%s\",\"addr\":%" PRIu64 ",\"size\":%zu,\"flags\":%u,\"uar\":%s,"
+               "\"substituted\":%s,\"ret\":%d",
+               fn, (uint64_t)(uintptr_t)p, n, flags, uar ? "true" : "false", substituted ? "true" : "false", r);
 }
 
 static void note_unregister(void *p, CUresult r, uint64_t ts)
@@ -50,9 +57,15 @@ CUresult cuda_do_register(const char *fn, register_fn real, void *p, size_t n, u
     uint64_t ts = db_now();
     if (!real)
         return CUDA_ERROR_NOT_INITIALIZED;
-    CUresult r = real(p, n, flags);
+    /* A real UAR is a mapping of the NIC's BAR, which the driver registers as I/O memory (what
+     * NVSHMEM's IBGDA asks for); the emulated NIC's UAR is ordinary memory, which the driver
+     * refuses as I/O memory but maps for the GPU with DEVICEMAP.  On a UAR page, so, the request
+     * is granted as hardware grants it: the registration succeeds, device-mapped. */
+    int uar = is_uar(p, n), substituted = uar && (flags & CU_MEMHOSTREGISTER_IOMEMORY);
+    unsigned used = substituted ? (flags & ~(unsigned)CU_MEMHOSTREGISTER_IOMEMORY) | CU_MEMHOSTALLOC_DEVICEMAP : flags;
+    CUresult r = real(p, n, used);
     if (db_recording())
-        note_register(fn, p, n, flags, r, ts);
+        note_register(fn, p, n, flags, uar, substituted, r, ts);
     return r;
 }
 

@@ -19,12 +19,14 @@ typedef void *CUcontext;
 typedef void *CUstream;
 #define CU_POINTER_ATTRIBUTE_CONTEXT 1
 #define CU_POINTER_ATTRIBUTE_MEMORY_TYPE 2
+#define CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL 9
 #define CU_MEMORYTYPE_DEVICE 2
 #define CU_STREAM_NON_BLOCKING 1
 
 static struct {
     CUresult (*getattr)(void *data, int attr, CUdeviceptr ptr);
     CUresult (*set_current)(CUcontext ctx);
+    CUresult (*primary_ctx)(CUcontext *ctx, int dev);
     CUresult (*stream_create)(CUstream *s, unsigned flags);
     CUresult (*stream_sync)(CUstream s);
     CUresult (*dtoh)(void *dst, CUdeviceptr src, size_t n, CUstream s);
@@ -47,6 +49,7 @@ static int cuda_bind(void)
         if (h) {
             cu.getattr = dlsym(h, "cuPointerGetAttribute");
             cu.set_current = dlsym(h, "cuCtxSetCurrent");
+            cu.primary_ctx = dlsym(h, "cuDevicePrimaryCtxRetain");
             cu.stream_create = dlsym(h, "cuStreamCreate");
             cu.stream_sync = dlsym(h, "cuStreamSynchronize");
             cu.dtoh = dlsym(h, "cuMemcpyDtoHAsync_v2");
@@ -74,8 +77,17 @@ void sn_mem_classify(const void *addr, struct sn_mem *m)
     if (cu.getattr(&type, CU_POINTER_ATTRIBUTE_MEMORY_TYPE, (CUdeviceptr)(uintptr_t)addr) ||
         type != CU_MEMORYTYPE_DEVICE)
         return;
-    if (cu.getattr(&ctx, CU_POINTER_ATTRIBUTE_CONTEXT, (CUdeviceptr)(uintptr_t)addr))
-        return;
+    /* Memory of the virtual memory management API (cuMemCreate + cuMemMap, NVSHMEM's symmetric
+     * heap) belongs to no context: copies to it run in the device's primary context. */
+    if (cu.getattr(&ctx, CU_POINTER_ATTRIBUTE_CONTEXT, (CUdeviceptr)(uintptr_t)addr) || !ctx) {
+        int dev = -1;
+
+        ctx = NULL;
+        if (!cu.primary_ctx ||
+            cu.getattr(&dev, CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL, (CUdeviceptr)(uintptr_t)addr) || dev < 0 ||
+            cu.primary_ctx(&ctx, dev) || !ctx)
+            return;
+    }
     m->gpu = 1;
     m->cuctx = ctx;
 }

@@ -31,6 +31,10 @@ FW_VER = "28.39.1002"
 BOARD_ID = "MT_0000000838"
 UVERBS_MAJOR, UVERBS_MINOR0 = 231, 192
 FIRST_BUS = 0x3B                # buses are picked from here on, skipping the machine's own
+# The emulated NIC registers GPU memory with plain ibv_reg_mr, which is what NVIDIA's peer-memory
+# module gives a real NIC; stacks that check for the module before they register GPU memory
+# (NVSHMEM's IB transports) find it here.
+PEERMEM_VERSION = "sys/module/nvidia_peermem/version"
 
 _CLONE_NEWNS = 0x00020000
 _MS_BIND, _MS_MOVE, _MS_REC, _MS_PRIVATE = 0x1000, 0x2000, 0x4000, 1 << 18
@@ -101,6 +105,8 @@ def device_tree(devices: int, addresses: list[str] | None = None, ncpus: int | N
     ncpus = ncpus or os.cpu_count() or 1
     numa = _numa_node() if numa_node is None else numa_node
     tree: dict[str, str | tuple[str, str]] = {"sys/class/infiniband_verbs/abi_version": "6\n"}
+    if devices:
+        tree[PEERMEM_VERSION] = "1.0\n"
     for i, bdf in enumerate(addresses[:devices]):
         root = bdf.rsplit(":", 2)[0] + ":" + bdf.split(":")[1]      # 0000:3b
         fn = f"sys/devices/pci{root}/{bdf}"
@@ -158,7 +164,9 @@ def _submounts(top: str) -> list[str]:
 
 def _write_tree(staged: dict[str, Path], tree: dict, devices: int) -> None:
     for rel, what in tree.items():
-        top = next(t for t in staged if ("/" + rel).startswith(t + "/"))
+        top = next((t for t in staged if ("/" + rel).startswith(t + "/")), None)
+        if top is None:         # a folder this machine lacks (no /sys/module): left out
+            continue
         path = staged[top] / ("/" + rel)[len(top) + 1:]
         path.parent.mkdir(parents=True, exist_ok=True)
         if isinstance(what, tuple):
@@ -185,7 +193,7 @@ def enter(devices: int) -> None:
     try:
         _check(libc.mount(b"simnic-view", str(stage).encode(), b"tmpfs", 0, b"mode=0755"),
                "tmpfs for the view")
-        tops = ["/dev", "/sys/class", "/sys/devices"]
+        tops = ["/dev", "/sys/class", "/sys/devices"] + (["/sys/module"] if os.path.isdir("/sys/module") else [])
         merged: dict[str, Path] = {}
         for n, top in enumerate(tops):
             up, work, m = stage / f"u{n}", stage / f"w{n}", stage / f"m{n}"
