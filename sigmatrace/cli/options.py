@@ -79,13 +79,14 @@ def with_live(live: bool, controller, capture):
     return run_with_dashboard(controller, capture, console=Console(stderr=True))
 
 
-# GPU doorbells (the doorbell hijack; see docs/doorbells.md)
+# Doorbells of queues the program writes itself, from GPU threads or CPU threads (the doorbell
+# hijack; see docs/doorbells.md and docs/cpu-wqes.md)
 DoorbellsOpt = Annotated[str, typer.Option(
     "--doorbells", metavar="wqe|forward",
-    help="GPU doorbells: wqe (default) forwards each doorbell and recovers the WQEs it announces; "
-         "forward records doorbell timing only.")]
+    help="Doorbells of queues written directly by GPU or CPU threads (IBGDA, UCX rc_mlx5, DevX): wqe "
+         "(default) forwards each doorbell and recovers the WQEs it announces; forward records doorbell timing only.")]
 NoDoorbellsOpt = Annotated[bool, typer.Option(
-    "--no-doorbells", help="Do not substitute GPU doorbell pages at all.")]
+    "--no-doorbells", help="Do not substitute doorbell pages at all (GPU- and CPU-written queues go unseen).")]
 RepeaterCpusOpt = Annotated[Optional[str], typer.Option(
     "--repeater-cpus", metavar="LIST", show_default=False,
     help=runtime_help("repeater_cpus", "Pin doorbell repeater threads to these CPUs (e.g. 2,3 or 8-11)."))]
