@@ -382,3 +382,36 @@ def test_attach_and_detach_leave_ucx_perftest_passing(fabric, tmp_path):
     assert 0 < len(puts) < iters
     assert {int(c["len"]) for c in puts} == {8}
     assert len(tr.calls[tr.calls["aux"] == UCT]) == 0
+
+
+@pytest.mark.parametrize("devx", ["y", "n"])
+def test_ucp_put_to_uct_call_to_wqe_across_the_three_layers(devx, fabric, tmp_path):
+    """One operation across layers, end to end: UCX's default DevX queues (and the verbs-made
+    ones of UCX_IB_MLX5_DEVX=n) are CPU-written, so their WQEs are captured (doorbells on by
+    default), and `sql` joins each ucp_put_nbx to its one uct_ep_put_short and that call to the
+    one 8-byte RDMA write WQE it wrote, at the remote address the UCP call named; `report` counts
+    the same in its layers."""
+    args = ["-t", "ucp_put_lat", "-n", str(ITERS), "-w", "0", "-f"]
+    env = {**os.environ, **UCP_ENV, "UCX_IB_MLX5_DEVX": devx}
+    cli = traced_pair(fabric, args, env, tmp_path / "t", "simple")
+    assert iterations(cli.out) == ITERS
+    query = ("SELECT p.call_id AS ucp, p.remote_addr AS ucp_addr, c.op AS uct, c.remote_addr AS uct_addr, "
+             "w.op AS wqe, w.bytes, w.remote_addr AS wqe_addr, w.qpn FROM ops p "
+             "JOIN ops c ON c.parent_call_id = p.call_id AND c.host = p.host AND c.pid = p.pid "
+             "JOIN ops w ON w.call_id = c.call_id AND w.host = c.host AND w.pid = c.pid AND w.kind = 'wqe' "
+             "WHERE p.op = 'ucp_put_nbx' ORDER BY p.ts_ns")
+    res = subprocess.run([*sigmatrace_cmd(), "sql", str(tmp_path / "t"), query, "--format", "json"],
+                         capture_output=True, text=True, timeout=300)
+    assert res.returncode == 0, res.stderr
+    rows = json.loads(res.stdout)
+    assert len(rows) == ITERS, rows                         # each put: one UCT call, one WQE
+    assert len({r["ucp"] for r in rows}) == ITERS
+    assert {(r["uct"], r["wqe"], r["bytes"]) for r in rows} == {("uct_ep_put_short", "RDMA_WRITE", 8)}
+    assert all(r["ucp_addr"] == r["uct_addr"] == r["wqe_addr"] != 0 for r in rows)
+    assert len({r["qpn"] for r in rows}) == 1
+    rep = subprocess.run([*sigmatrace_cmd(), "report", "--json", str(tmp_path / "t")],
+                         capture_output=True, text=True, timeout=300)
+    assert rep.returncode == 0, rep.stderr
+    layers = json.loads(rep.stdout)["layers"]
+    assert layers["ucx"]["ucp"]["calls"] == {"ucp_put_nbx": ITERS}
+    assert layers["ucx"]["uct"]["calls"]["uct_ep_put_short"] >= ITERS   # "no resource" retries count too
