@@ -126,7 +126,8 @@ def rdma_libraries(trace: Path) -> list[dict]:
         for lib in json.loads(meta.read_text()).get("libraries", []):
             name = Path(lib["path"]).name
             if name.startswith(("libibverbs", "librdmacm", "librxe", "libucp", "libuct", "libfabric")):
-                libs[lib["path"]] = lib
+                # the file itself: UCX's modules load libibverbs.so.1 by its soname, through /lib
+                libs[lib["path"]] = {**lib, "realpath": os.path.realpath(lib["path"])}
     return sorted(libs.values(), key=lambda lib: lib["path"])
 
 
