@@ -207,7 +207,9 @@ run_guest() {
   accel+=(-append "$APPEND rxe_accel=$1")
   pidfile=$(mktemp -u)
   : > "$LOG"
-  ( timeout "${RXE_TIMEOUT:-1800}" "${QEMU[@]}" "${accel[@]}" -pidfile "$pidfile" -display none \
+  # --foreground: QEMU stays in this script's process group, so that stopping the group (the
+  # tests' timeout does) stops QEMU too
+  ( timeout --foreground "${RXE_TIMEOUT:-1800}" "${QEMU[@]}" "${accel[@]}" -pidfile "$pidfile" -display none \
       -monitor none -serial stdio </dev/null 2>&1 | sed -u 's/\r//g' > "$LOG" ) &
   runner=$!
   if [ "$1" = kvm ]; then
