@@ -7,13 +7,16 @@
 #   bash scripts/rxe-guest.sh                                  # a shell on the guest
 #   bash scripts/rxe-guest.sh .venv/bin/sigmatrace doctor      # one command, its exit status
 #
-# The guest image is built once into .rxe/ (about 10 minutes) and rebuilt when this script,
-# scripts/setup.sh or the package list change.  Each boot copies the checkout's files (tracked
-# and untracked-but-not-ignored) into the guest on a second disk, so edits need no rebuild; C
-# sources changed since the image was built are rebuilt at boot.  The guest disk is a snapshot:
-# nothing written in the guest persists.  Runs as root on Debian 12 and installs what it needs.
-# QEMU runs under software emulation (TCG) unless RXE_ACCEL=kvm.  Environment: RXE_TIMEOUT
-# (seconds for one boot, default 1800), RXE_MEM (MiB, default 3072), RXE_CPUS (default 2).
+# The guest image is built once (about 4 minutes) into /var/cache/sigmatrace-rxe/HASH, HASH being
+# that of its inputs (the build steps here, scripts/setup.sh, pyproject.toml, the package list):
+# a fresh clone on the same machine boots it.  Each boot copies the checkout's files (tracked and
+# untracked-but-not-ignored) into the guest on a second disk, so edits need no rebuild; C sources
+# changed since the image was built are rebuilt at boot.  The guest disk is a snapshot: nothing
+# written in the guest persists.  Runs as root on Debian 12 and installs what it needs.
+# QEMU runs under KVM where a probe shows a KVM guest's kernel starts, else under software
+# emulation (TCG).  Environment: RXE_ACCEL (auto, kvm, tcg), RXE_TIMEOUT (seconds for one boot,
+# default 1800), RXE_MEM (MiB, default 3072), RXE_CPUS (default 2), RXE_CACHE (the image cache),
+# RXE_KVM_START (seconds a KVM guest has to reach its init before TCG is tried, default 120).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 CHECKOUT=$PWD
