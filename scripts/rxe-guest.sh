@@ -7,17 +7,22 @@
 #   bash scripts/rxe-guest.sh                                  # a shell on the guest
 #   bash scripts/rxe-guest.sh .venv/bin/sigmatrace doctor      # one command, its exit status
 #
-# The guest image is built once into .rxe/ (about 10 minutes) and rebuilt when this script,
-# scripts/setup.sh or the package list change.  Each boot copies the checkout's files (tracked
-# and untracked-but-not-ignored) into the guest on a second disk, so edits need no rebuild; C
-# sources changed since the image was built are rebuilt at boot.  The guest disk is a snapshot:
-# nothing written in the guest persists.  Runs as root on Debian 12 and installs what it needs.
-# QEMU runs under software emulation (TCG) unless RXE_ACCEL=kvm.  Environment: RXE_TIMEOUT
-# (seconds for one boot, default 1800), RXE_MEM (MiB, default 3072), RXE_CPUS (default 2).
+# The guest image is built once (about 4 minutes) into /var/cache/sigmatrace-rxe/HASH, HASH being
+# that of its inputs (the build steps here, scripts/setup.sh, pyproject.toml, the package list):
+# a fresh clone on the same machine boots it.  Each boot copies the checkout's files (tracked and
+# untracked-but-not-ignored) into the guest on a second disk, so edits need no rebuild; C sources
+# changed since the image was built are rebuilt at boot.  The guest disk is a snapshot: nothing
+# written in the guest persists.  Runs as root on Debian 12 and installs what it needs.
+# QEMU runs under KVM where a probe shows a KVM guest's kernel starts, else under software
+# emulation (TCG).  Environment: RXE_ACCEL (auto, kvm, tcg), RXE_TIMEOUT (seconds for one boot,
+# default 1800), RXE_MEM (MiB, default 3072), RXE_CPUS (default 2), RXE_CACHE (the image cache),
+# RXE_KVM_START (seconds a KVM guest has to reach its init before TCG is tried, default 120).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 CHECKOUT=$PWD
-CACHE=$CHECKOUT/.rxe
+# Built images, one folder per hash of their inputs: outside the checkout, so that a fresh clone
+# on the same machine (CI) boots the image an earlier run built from the same inputs.
+CACHE=${RXE_CACHE:-/var/cache/sigmatrace-rxe}
 MIRROR=${RXE_MIRROR:-http://deb.debian.org/debian}
 GUEST_SRC=/opt/sigmatrace
 
@@ -43,10 +48,11 @@ install_host_packages() {
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 }
 
-# What the image is made from: the build steps below, scripts/setup.sh and the package list
+# What the image is made from: the build steps below, scripts/setup.sh, pyproject.toml (the
+# Python dependencies setup.sh installs) and the package list
 # (the guest's init comes with each boot, so changing it needs no rebuild).
 inputs_hash() {
-  { declare -f build_image checkout_files; cat "$CHECKOUT/scripts/setup.sh"
+  { declare -f build_image checkout_files; cat "$CHECKOUT/scripts/setup.sh" "$CHECKOUT/pyproject.toml"
     printf '%s\n' "$MIRROR" "${GUEST_PACKAGES[@]}"; } | sha256sum | cut -d' ' -f1
 }
 
@@ -113,6 +119,7 @@ unmount_root() {
   done
 }
 
+# Builds the image into $IMAGE (under the cache's lock: one build at a time).
 build_image() {
   local work=$CACHE/build
   root=$work/root   # global: the EXIT trap below needs it
@@ -164,9 +171,66 @@ INIT
   local mb; mb=$(du -sm "$root" | cut -f1)
   mkfs.ext4 -q -F -L rxe-root -d "$root" "$work/guest.img" "$((mb + 2048))M"
   rm -rf --one-file-system "$root" "$work/debootstrap.ok"
-  mv "$work/guest.img" "$work/vmlinuz" "$work/initrd" "$CACHE/"
-  inputs_hash > "$CACHE/inputs.sha256"
-  echo "rxe-guest: image built ($((mb + 2048)) MiB)" >&2
+  rm -rf "$IMAGE.new"; mkdir -p "$IMAGE.new"
+  mv "$work/guest.img" "$work/vmlinuz" "$work/initrd" "$IMAGE.new/"
+  mv "$IMAGE.new" "$IMAGE"
+  echo "rxe-guest: image built ($((mb + 2048)) MiB, $IMAGE)" >&2
+}
+
+# Keeps this image and the one used most recently before it; older ones go (4-7 GB each).
+prune_images() {
+  local d n=0
+  while IFS= read -r d; do
+    [ "$d" = "$IMAGE" ] && continue
+    n=$((n + 1)); [ "$n" -gt 1 ] && rm -rf --one-file-system "$d"
+  done < <(find "$CACHE" -mindepth 1 -maxdepth 1 -type d -regex '.*/[0-9a-f]\{64\}' -printf '%T@ %p\n' | sort -rn | cut -d' ' -f2-)
+}
+
+# Whether a KVM guest gets as far as the kernel here: the guest's kernel alone, printing on the
+# serial console from its first instructions, must say "Linux version" within 15 s.  (Where
+# /dev/kvm opens and runs real-mode code but a guest hangs on entering protected mode, it never
+# does; under TCG the same takes about 10 s.)
+kvm_works() {
+  [ -r /dev/kvm ] && [ -w /dev/kvm ] || return 1
+  timeout 15 qemu-system-x86_64 -accel kvm -cpu host -m 256 -no-reboot -kernel "$IMAGE/vmlinuz" \
+    -append "console=ttyS0 earlyprintk=serial,ttyS0,115200 panic=-1" -display none -monitor none \
+    -serial stdio </dev/null 2>/dev/null | grep -a -q -m1 "Linux version"
+}
+
+# Runs the guest under accelerator $1 (kvm or tcg) with the qemu command line in QEMU, its
+# console into $LOG; what the command prints goes to stdout.  Returns 3 when a KVM guest did not
+# reach its init within RXE_KVM_START seconds (default 120), having stopped it: the caller
+# falls back to TCG.
+run_guest() {
+  local accel=(-accel tcg,thread=multi -cpu max) pidfile runner t=0
+  # -cpu host under KVM; under TCG -cpu max: with QEMU's default CPU model Python with numpy and
+  # Frida dies of SIGILL
+  [ "$1" = kvm ] && accel=(-accel kvm -cpu host)
+  # rxe_accel: what the guest's programs may ask of their CPUs (tests/rxe/guest_programs.py)
+  accel+=(-append "$APPEND rxe_accel=$1")
+  pidfile=$(mktemp -u)
+  : > "$LOG"
+  # --foreground: QEMU stays in this script's process group, so that stopping the group (the
+  # tests' timeout does) stops QEMU too
+  ( timeout --foreground "${RXE_TIMEOUT:-1800}" "${QEMU[@]}" "${accel[@]}" -pidfile "$pidfile" -display none \
+      -monitor none -serial stdio </dev/null 2>&1 | sed -u 's/\r//g' > "$LOG" ) &
+  runner=$!
+  if [ "$1" = kvm ]; then
+    until grep -q '^@@rxe-begin@@$' "$LOG"; do
+      if ! kill -0 "$runner" 2>/dev/null || [ "$t" -ge "${RXE_KVM_START:-120}" ]; then
+        [ -s "$pidfile" ] && kill "$(cat "$pidfile")" 2>/dev/null
+        wait "$runner" || true
+        echo "rxe-guest: the KVM guest did not start in ${t} s; its console ends:" >&2
+        tail -5 "$LOG" >&2; rm -f "$pidfile"
+        return 3
+      fi
+      sleep 1; t=$((t + 1))
+    done
+  fi
+  tail -n +1 -f --pid="$runner" "$LOG" \
+    | sed -u -n '/^@@rxe-begin@@$/,/^@@rxe-status=[0-9]*@@$/{/^@@rxe-\(begin\|status=[0-9]*\)@@$/!p}'
+  wait "$runner" || true
+  rm -f "$pidfile"
 }
 
 boot() {
@@ -176,43 +240,60 @@ boot() {
   write_guest_init "$stage/init"
   tar -cf "$disk" -C "$stage" command init
   (cd "$CHECKOUT" && checkout_files | tar --null -T - -rf "$disk" --transform 's,^,src/,')
-  local accel=(-accel tcg,thread=multi -cpu max)
-  [ "${RXE_ACCEL:-tcg}" = kvm ] && accel=(-accel kvm -cpu host)
+  local accel=${RXE_ACCEL:-auto}
+  if [ "$accel" = auto ]; then
+    accel=tcg; kvm_works && accel=kvm
+  fi
+  echo "rxe-guest: booting under $accel" >&2
   # no_timer_check: under a loaded host the kernel's IO-APIC timer check can fail and panic it
   # at boot; panic=-1: a panic resets the guest (QEMU exits) instead of hanging until the timeout
-  local qemu=(nice -n 5 qemu-system-x86_64 "${accel[@]}" -m "${RXE_MEM:-3072}" -smp "${RXE_CPUS:-2}"
-    -no-reboot -kernel "$CACHE/vmlinuz" -initrd "$CACHE/initrd"
-    -append "root=/dev/vda rw console=ttyS0 init=/sbin/rxe-init quiet loglevel=1 mitigations=off no_timer_check panic=-1"
-    -drive "file=$CACHE/guest.img,format=raw,if=virtio,snapshot=on"
+  APPEND="root=/dev/vda rw console=ttyS0 init=/sbin/rxe-init quiet loglevel=1 mitigations=off no_timer_check panic=-1"
+  QEMU=(nice -n 5 qemu-system-x86_64 -m "${RXE_MEM:-3072}" -smp "${RXE_CPUS:-2}"
+    -no-reboot -kernel "$IMAGE/vmlinuz" -initrd "$IMAGE/initrd"
+    -drive "file=$IMAGE/guest.img,format=raw,if=virtio,snapshot=on"
     -drive "file=$disk,format=raw,if=virtio,readonly=on")
   if [ ! -s "$cmdfile" ]; then
-    "${qemu[@]}" -nographic
+    local a=(-accel tcg,thread=multi -cpu max)
+    [ "$accel" = kvm ] && a=(-accel kvm -cpu host)
+    "${QEMU[@]}" "${a[@]}" -append "$APPEND rxe_accel=$accel" -nographic
     rm -rf "$stage" "$disk"
     return 0
   fi
-  # Serial console to a pipe: only what the command printed goes to stdout, then its status.
-  local log; log=$(mktemp)
-  timeout "${RXE_TIMEOUT:-1800}" "${qemu[@]}" -display none -monitor none -serial stdio </dev/null 2>&1 \
-    | tr -d '\r' | tee "$log" | awk '
-        /^@@rxe-status=[0-9]+@@$/ { begun = 0 }
-        begun { print; fflush() }
-        /^@@rxe-begin@@$/ { begun = 1 }' || true
+  # Serial console to a file: only what the command printed goes to stdout, then its status.
+  LOG=$(mktemp)
+  local r=0
+  run_guest "$accel" || r=$?
+  if [ "$r" -eq 3 ]; then
+    echo "rxe-guest: booting under tcg instead" >&2
+    run_guest tcg || true
+  fi
   local st
-  st=$(sed -n 's/^@@rxe-status=\([0-9]*\)@@$/\1/p' "$log" | tail -1)
+  st=$(sed -n 's/^@@rxe-status=\([0-9]*\)@@$/\1/p' "$LOG" | tail -1)
   if [ -z "$st" ]; then
     echo "rxe-guest: the guest ended without a status (timeout or crash); its console:" >&2
-    tail -40 "$log" >&2; st=125
+    tail -40 "$LOG" >&2; st=125
   fi
-  rm -rf "$log" "$stage" "$disk"
+  rm -rf "$LOG" "$stage" "$disk"
   return "$st"
 }
 
-install_host_packages
-if [ ! -f "$CACHE/guest.img" ] || [ "$(cat "$CACHE/inputs.sha256" 2>/dev/null)" != "$(inputs_hash)" ]; then
-  build_image
-fi
-cmdfile=$(mktemp)
-[ $# -gt 0 ] && printf '%q ' "$@" > "$cmdfile"
-st=0; boot "$cmdfile" || st=$?
-rm -f "$cmdfile"
-exit "$st"
+main() {
+  install_host_packages
+  mkdir -p "$CACHE"
+  IMAGE=$CACHE/$(inputs_hash)
+  # Build and prune under an exclusive lock, boot under a shared one: a boot never loses its image.
+  exec 9>"$CACHE/lock"
+  flock 9
+  [ -f "$IMAGE/guest.img" ] || build_image
+  touch "$IMAGE"   # most recently used
+  prune_images
+  flock -s 9
+  local cmdfile st=0
+  cmdfile=$(mktemp)
+  [ $# -gt 0 ] && printf '%q ' "$@" > "$cmdfile"
+  boot "$cmdfile" || st=$?
+  rm -f "$cmdfile"
+  return "$st"
+}
+
+main "$@"; exit  # one line: bash has read all of it before it runs, so an edit meanwhile is harmless
