@@ -20,16 +20,10 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import re
 import shutil
-import signal
-import socket
 import statistics
-import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -37,32 +31,10 @@ sys.path.insert(0, str(ROOT))
 
 from sigmatrace.simnic import cleanup, unique_fabric  # noqa: E402
 
+from pairs import free_port, perftest_row, run_pair  # noqa: E402  (bench/ is on sys.path)
+
 ST = [sys.executable, "-m", "sigmatrace.cli.main"]
 MODES = {"untraced": None, "no-capture": ["--no-doorbells"], "capture": []}
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def listening(port: int) -> bool:
-    with open("/proc/net/tcp") as f:
-        return any(int(r.split()[1].rsplit(":", 1)[1], 16) == port and r.split()[3] == "0A"
-                   for r in f.readlines()[1:])
-
-
-def finish(p: subprocess.Popen, timeout: float) -> str:
-    try:
-        out, err = p.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        os.killpg(p.pid, signal.SIGKILL)
-        p.communicate()
-        raise SystemExit(f"{p.args[-1]}: timed out")
-    if p.returncode:
-        raise SystemExit(f"exit {p.returncode}: {' '.join(map(str, p.args))}\n{out[-2000:]}\n{err[-2000:]}")
-    return out
 
 
 def one_run(mode: str, iters: int, out: Path) -> dict:
@@ -75,22 +47,14 @@ def one_run(mode: str, iters: int, out: Path) -> dict:
         wrap = [] if MODES[mode] is None else [*ST, "spawn", "-q", *MODES[mode], "--out", str(out / side), "--"]
         return [*ST, "simnic", "run", "-f", fabric, "--", *wrap, "ucx_perftest", "-p", str(port), *args, *tail]
 
-    popen = dict(stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
     try:
-        server = subprocess.Popen(cmd("s"), **popen)
-        deadline = time.monotonic() + 60
-        while not listening(port):
-            if server.poll() is not None or time.monotonic() > deadline:
-                raise SystemExit(f"server never listened: {finish(server, 5)}")
-            time.sleep(0.02)
-        client = finish(subprocess.Popen(cmd("c", "127.0.0.1"), **popen), 600)
-        finish(server, 120)
+        _, client = run_pair(cmd("s"), cmd("c", "127.0.0.1"), None, port)
     finally:
         cleanup(fabric)
-    rows = [r.split() for r in client.splitlines() if re.match(r"^\s+\d+\s+[\d.]+", r)]
-    if not rows or int(rows[-1][0]) != iters:
+    row = perftest_row(client)
+    if int(row[0]) != iters:
         raise SystemExit(f"unexpected ucx_perftest output:\n{client}")
-    res = {"p50_us": float(rows[-1][1])}
+    res = {"p50_us": float(row[1])}
     if mode == "capture":
         res.update(trace_counts(out))
     return res

@@ -32,11 +32,9 @@ import os
 import re
 import shutil
 import signal
-import socket
 import statistics
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -45,13 +43,9 @@ sys.path.insert(0, str(ROOT))
 from sigmatrace import paths  # noqa: E402
 from sigmatrace.simnic import cleanup, environment, unique_fabric  # noqa: E402
 
+from pairs import free_port, perftest_row, run_pair  # noqa: E402  (bench/ is on sys.path)
+
 BIN = paths.LIB_DIR / "bin"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def run(argv: list[str], env: dict | None = None, timeout: float = 300) -> str:
@@ -68,33 +62,11 @@ def run(argv: list[str], env: dict | None = None, timeout: float = 300) -> str:
     return out + err
 
 
-def run_pair(server: list[str], client: list[str], env: dict, timeout: float = 300) -> tuple[str, str]:
-    srv = subprocess.Popen(server, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                           start_new_session=True)
-    try:
-        deadline = time.monotonic() + timeout
-        while True:
-            p = subprocess.run(client, env=env, capture_output=True, text=True,
-                               timeout=max(1, deadline - time.monotonic()))
-            if p.returncode == 0 or "onnect" not in p.stdout + p.stderr or time.monotonic() > deadline:
-                break
-            time.sleep(0.1)
-        sout, serr = srv.communicate(timeout=max(1, deadline - time.monotonic()))
-    finally:
-        if srv.poll() is None:
-            os.killpg(srv.pid, signal.SIGKILL)
-            srv.communicate()
-    if p.returncode or srv.returncode:
-        raise SystemExit(f"{client[0]}: client {p.returncode} server {srv.returncode}\n"
-                         f"{p.stdout}{p.stderr}{sout}{serr}")
-    return sout + serr, p.stdout + p.stderr
-
-
 def nic_rate(env: dict, writes: int, qps: int, every: int) -> float:
     prog = str(BIN / "rdma_stream")
-    port = str(free_port())
-    args = ["-p", port, "-n", str(writes), "-s", "8", "-q", str(qps), "-c", str(every)]
-    _, out = run_pair([prog, *args], [prog, *args, "127.0.0.1"], env)
+    port = free_port()
+    args = ["-p", str(port), "-n", str(writes), "-s", "8", "-q", str(qps), "-c", str(every)]
+    _, out = run_pair([prog, *args], [prog, *args, "127.0.0.1"], env, port)
     return float(re.search(r"([\d.]+) msg/s", out).group(1))
 
 
@@ -107,9 +79,9 @@ def nic_latency(env: dict, iters: int) -> float:
     prog = shutil.which("ibv_rc_pingpong")
     if not prog:
         raise SystemExit("ibv_rc_pingpong is missing (apt-get install ibverbs-utils)")
-    port = str(free_port())
-    args = ["-p", port, "-s", "8", "-n", str(iters)]
-    _, out = run_pair([prog, *args], [prog, *args, "127.0.0.1"], env)
+    port = free_port()
+    args = ["-p", str(port), "-s", "8", "-n", str(iters)]
+    _, out = run_pair([prog, *args], [prog, *args, "127.0.0.1"], env, port)
     return float(re.search(r"([\d.]+) usec/iter", out).group(1))
 
 
@@ -130,8 +102,8 @@ def ucx_perftest(fabric: str | None, test: str, tl: str, dev: str, iters: int, c
     key = (fabric, test, tl, dev, iters, cpus)
     if reuse and key in _last_rows:
         return float(_last_rows[key][column])
-    port = str(free_port())
-    args = ["ucx_perftest", "-p", port, "-t", test, "-x", tl, "-d", dev, "-n", str(iters),
+    port = free_port()
+    args = ["ucx_perftest", "-p", str(port), "-t", test, "-x", tl, "-d", dev, "-n", str(iters),
             "-w", str(max(1, iters // 10)), "-s", "8", "-f"]
     if test.endswith("_bw"):
         args += ["-D", "bcopy"]
@@ -139,10 +111,9 @@ def ucx_perftest(fabric: str | None, test: str, tl: str, dev: str, iters: int, c
             if fabric else [])
     if cpus:
         wrap = ["taskset", "-c", cpus, *wrap]
-    _, out = run_pair([*wrap, *args], [*wrap, *args, "127.0.0.1"], dict(os.environ))
-    rows = [ln.split() for ln in out.splitlines() if re.match(r"^\s+\d+\s+[\d.]+", ln)]
-    _last_rows[key] = rows[-1]
-    return float(rows[-1][column])
+    _, out = run_pair([*wrap, *args], [*wrap, *args, "127.0.0.1"], dict(os.environ), port)
+    _last_rows[key] = perftest_row(out)
+    return float(_last_rows[key][column])
 
 
 def engine_idle(env: dict, direct: bool) -> list[float]:

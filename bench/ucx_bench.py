@@ -21,19 +21,18 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import re
 import shutil
-import socket
 import statistics
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 SRC = ROOT / "bench" / "ucx"
 sys.path.insert(0, str(ROOT))
+
+from pairs import free_port, perftest_row, run_pair  # noqa: E402  (bench/ is on sys.path)
 
 MODES = ("aggregate", "simple", "full")
 
@@ -45,63 +44,24 @@ def sigmatrace() -> list[str]:
 
 # ---- 1. ucx_perftest latency ---------------------------------------------------------------------
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def listening(port: int) -> bool:
-    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
-        try:
-            rows = [line.split() for line in Path(table).read_text().splitlines()[1:]]
-        except OSError:
-            continue
-        if any(int(r[1].rsplit(":", 1)[1], 16) == port and r[3] == "0A" for r in rows):
-            return True
-    return False
-
-
-def p50_of(out: str) -> float:
-    """The 50th-percentile latency (usec) of ucx_perftest's final row."""
-    rows = [line.split() for line in out.splitlines() if re.match(r"^\s*(Final:)?\s+\d+\s+[\d.]+", line)]
-    if not rows:
-        raise RuntimeError("no result row in ucx_perftest's output:\n" + out[-2000:])
-    row = rows[-1][1:] if rows[-1][0] == "Final:" else rows[-1]
-    return float(row[1])
-
-
 def perftest_once(args: list[str], env: dict, mode: str | None, tmp: Path, tag: str) -> float:
     from sigmatrace.simnic import cleanup, unique_fabric
 
     fabric = unique_fabric("ucxbench")
-    port = str(free_port())
+    port = free_port()
 
     def side(name, extra):
-        cmd = ["ucx_perftest", "-p", port, *args, *extra]
+        cmd = ["ucx_perftest", "-p", str(port), *args, *extra]
         if mode is not None:
             cmd = [*sigmatrace(), "spawn", "-q", "-m", mode, "-p", "ucx,verbs,mlx5", "-o", str(tmp / f"{tag}-{name}"),
                    "--", *cmd]
         return [*sigmatrace(), "simnic", "run", "-f", fabric, "--", *cmd]
 
-    srv = subprocess.Popen(side("srv", []), env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                           start_new_session=True)
     try:
-        deadline = time.monotonic() + 120
-        while not listening(int(port)):
-            if srv.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError("ucx_perftest server never listened: " + srv.stderr.read()[-2000:])
-            time.sleep(0.05)
-        cli = subprocess.run(side("cli", ["127.0.0.1"]), env=env, capture_output=True, text=True, timeout=600)
-        srv.communicate(timeout=120)
+        _, out = run_pair(side("srv", []), side("cli", ["127.0.0.1"]), env, port)
     finally:
-        if srv.poll() is None:
-            os.killpg(srv.pid, 9)
-            srv.wait()
         cleanup(fabric)
-    if cli.returncode != 0:
-        raise RuntimeError(f"ucx_perftest failed ({mode or 'untraced'}): {cli.stdout[-1500:]}{cli.stderr[-1500:]}")
-    return p50_of(cli.stdout)
+    return float(perftest_row(out)[1])
 
 
 def perftest_bench(rounds: int, iters: int, tmp: Path) -> dict:
