@@ -197,8 +197,12 @@ static void st_emit_calib(void)
 {
     if (st_config()->mode == ST_MODE_AGGREGATE)
         return; /* no streams in aggregate mode: the live block's start and end pairs suffice */
-    st_calib_thread = st_self();
-    st_put_calib(st_calib_thread);
+    /* the flusher's state is taken once: a pair due after st_stop cleared the generation must
+     * not forget it (st_self() is NULL then), or the end pair would be lost */
+    if (!st_calib_thread)
+        st_calib_thread = st_self();
+    if (st_calib_thread && st_calib_thread->gen == st_flusher_gen)
+        st_put_calib(st_calib_thread);
 }
 
 static void *st_flusher_main(void *arg)
@@ -255,6 +259,7 @@ int st_flusher_start(uint32_t gen)
 {
     st_flusher_gen = gen;
     st_flusher_quit = 0;
+    st_calib_thread = NULL;
     st_records_total = st_drops_total = st_bytes_total = st_flush_errors = st_event_records = 0;
     st_pidfd = -1;
     int cpid = st_config()->controller_pid;
