@@ -37,7 +37,17 @@ static ssize_t write_enabled(void *ep, const void *b, size_t l, void *d, uint64_
     n_write_enabled++;
     return 0;
 }
-static ssize_t tsend_(void *ep, const void *b, size_t l, void *d, uint64_t a, uint64_t t, void *c) { n_tsend++; return 0; }
+/* the first tagged sends are refused "try again" (-FI_EAGAIN), as a busy provider does */
+static int tsend_busy = 2;
+static ssize_t tsend_(void *ep, const void *b, size_t l, void *d, uint64_t a, uint64_t t, void *c)
+{
+    if (tsend_busy > 0) {
+        tsend_busy--;
+        return -11;
+    }
+    n_tsend++;
+    return 0;
+}
 
 /* fi_ops_msg: recv, recvv, recvmsg, send, ...; fi_ops_rma: read, readv, readmsg, write, ... */
 static const struct tbl msg_ops = {10 * 8, {recv_, 0, 0, send_}};

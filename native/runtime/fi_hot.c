@@ -15,6 +15,7 @@
 #include "layer_call.h"
 
 #define FI_ENOSYS 38
+#define FI_EAGAIN 11 /* try again: libfabric programs retry the call after progress */
 
 static inline uint32_t fi_len32(uint64_t n) { return n > UINT32_MAX ? UINT32_MAX : (uint32_t)n; }
 
@@ -52,7 +53,7 @@ static inline uint64_t fi_ioc_bytes(const struct fi_abi_ioc *ioc, size_t count, 
     struct layer_call c_;           \
     layer_call_begin(&c_, ST_LAYER_LIBFABRIC, ST_FI_##fn, 0, fi_len32(len), (uint32_t)(key), (raddr), (uint64_t)(uintptr_t)ep)
 #define END(r, dest)                                          \
-    layer_call_end(&c_, (int64_t)(r), (r) < 0, 0, (dest), 0); \
+    layer_call_end(&c_, (int64_t)(r), (r) < 0, (r) == -FI_EAGAIN, 0, (dest), 0); \
     return (r)
 
 typedef struct fi_abi_ep ep_t;

@@ -114,6 +114,26 @@ ST_EXPORT void st_stop(int reason);
 /* ------------------------------------------------------------------------------------------ */
 /* Per-thread record rings                                                                     */
 
+/* A layer call (UCP, UCT, libfabric) between its entry and its return: what its CALL record
+ * holds, written late (layer_call.h says why). */
+#define ST_OPEN_CALLS 8
+struct st_open_call {
+    uint64_t ts, addr, ep;
+    uint32_t qpn, len, key;
+    uint32_t number;   /* its CALL number once written */
+    uint32_t tries;    /* unproductive tries folded into it */
+    uint8_t layer, fn, flags;
+    uint8_t written;   /* its CALL record was written (or dropped, counted) */
+};
+/* Consecutive unproductive tries of one function on one endpoint, none recorded yet. */
+struct st_call_retry {
+    uint64_t ts;   /* the first try's entry */
+    uint64_t ep;
+    uint64_t head; /* the thread's head after the last try: folding needs no record since */
+    uint32_t count;
+    uint8_t layer, fn;
+};
+
 /* One thread's recording state.  The producer (the thread itself) writes head, tail_cache and
  * the ring; the flusher writes tail.  A record is complete once its seq is stored (release);
  * head is published after it.  Allocated 64-byte aligned (st_thread_slow), so that the two
@@ -131,7 +151,7 @@ struct st_thread {
     uint32_t tid;
     uint32_t exited;             /* set by the thread-exit destructor */
     uint32_t seq;                /* seq of the last record made (1..0xffffffff, then 1) */
-    char pad0[4];
+    uint32_t unwritten_calls;    /* open layer calls whose CALL record waits (layer_call.h) */
     /* flusher side, its own cache line */
     uint64_t tail __attribute__((aligned(64)));
     int fd;                      /* stream file, opened by the flusher, -1 until then */
@@ -141,9 +161,11 @@ struct st_thread {
     char name[16];
     uint32_t slot;               /* live-block thread slot index, or UINT32_MAX */
     uint32_t ring_cap;           /* allocated ring capacity (kept across sessions) */
-    /* producer side again, used only by the layer hooks (layer_call.h): a line of their own */
+    /* producer side again, used only by the layer hooks (layer_call.h): lines of their own */
     uint32_t call_number __attribute__((aligned(64))); /* last CALL number given on this thread */
-    uint32_t call_depth;         /* CALLs of this thread now open */
+    uint32_t call_depth;         /* layer calls of this thread now open */
+    struct st_call_retry retry;  /* the unproductive tries waiting to be folded */
+    struct st_open_call open[ST_OPEN_CALLS]; /* the open calls, outermost first */
 };
 
 extern __thread struct st_thread *st_tls __attribute__((tls_model("initial-exec")));
@@ -169,8 +191,15 @@ static inline uint32_t st_seq_next(uint32_t s) { return s == UINT32_MAX ? 1 : s 
  * ring (aggregate mode).  Fill every field but seq, then st_rec_commit. */
 struct st_record *st_ring_full(struct st_thread *t);
 #define ST_RING_PREFETCH 16 /* records: 768 bytes, 12 lines ahead */
+/* Layer calls (layer_call.c): write the CALL records of the open calls that wait, before a
+ * record that belongs inside them; after calls left without returning, forget those above
+ * depth D. */
+void st_layer_calls_write(struct st_thread *t);
+int st_layer_calls_resync(struct st_thread *t, uint32_t d); /* 0: D's own entry was lost */
 static inline struct st_record *st_rec_reserve(struct st_thread *t)
 {
+    if (ST_UNLIKELY(t->unwritten_calls))
+        st_layer_calls_write(t);
     uint64_t h = t->head;
     if (ST_UNLIKELY(h - t->tail_cache > t->mask))
         return st_ring_full(t);

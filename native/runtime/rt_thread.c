@@ -84,6 +84,8 @@ static int st_thread_reset(struct st_thread *t, uint32_t gen)
     t->drops = 0;
     t->seq = 0;
     t->call_depth = 0; /* a call open when the last session ended never returns in this one */
+    t->unwritten_calls = 0;
+    t->retry.count = 0;
     t->tail = 0;
     t->flushed_drops = 0;
     if (t->fd >= 0) {

@@ -44,6 +44,7 @@ static sq_snapshot_fn sq_snapshot = cpu_sq_snapshot;
 
 typedef int8_t ucs_status_t; /* a packed enum: one byte */
 #define UCS_ERR_NO_RESOURCE ((ucs_status_t)-2)
+#define UCS_INPROGRESS ((ucs_status_t)1)
 #define UCS_ERR_LAST (-100)
 
 struct ucp_request_param { /* ucp_request_param_t, the fields up to the datatype */
@@ -234,6 +235,12 @@ static UCX_INLINE void uct_begin(struct uct_call *u, int kind, uint8_t fn, void 
     layer_call_begin(&u->c, ST_LAYER_UCT, fn, u->qpn, clamp32(len), (uint32_t)rkey, raddr, (uint64_t)(uintptr_t)ep);
 }
 
+/* Whether a call's WQE range (ST_CALL_WQE_RANGE) holds a WQE. */
+static UCX_INLINE int call_posted(uint64_t extra)
+{
+    return (extra & ST_CALL_WQE_RANGE_VALID) && ((extra >> 16) & 0xffff) != (extra & 0xffff);
+}
+
 /* `posts`: the function puts a WQE on the queue whenever it returns a non-negative value (data
  * operations; not flush or fence), so a cached QP whose index did not move is stale. */
 static UCX_INLINE void uct_end(struct uct_call *u, int kind, int64_t key, int posts)
@@ -256,7 +263,11 @@ static UCX_INLINE void uct_end(struct uct_call *u, int kind, int64_t key, int po
                 ep_qpn_set(u->ep, qpn);
         }
     }
-    layer_call_end(&u->c, key, key < 0, qpn, 0, extra);
+    /* nothing done: refused for lack of resources, or a flush that still waits and posted no
+     * WQE (put_zcopy and the like return "in progress" for an operation they did post) */
+    int idle = key == UCS_ERR_NO_RESOURCE ||
+               (u->c.fn == ST_UCT_flush && key == UCS_INPROGRESS && !call_posted(extra));
+    layer_call_end(&u->c, key, key < 0, idle, qpn, 0, extra);
 }
 
 /* ------------------------------------------------------------------------------------------ */
@@ -431,7 +442,7 @@ static __thread uint8_t ucp_inside __attribute__((tls_model("initial-exec")));
         RET_##rk ret = real args;                                                                     \
         ucp_inside = 0;                                                                               \
         int64_t key = KEY_##rk(ret);                                                                  \
-        layer_call_end(&c, key, key < 0, 0, 0, 0);                                                    \
+        layer_call_end(&c, key, key < 0, key == UCS_ERR_NO_RESOURCE, 0, 0, 0);                        \
         return ret;                                                                                   \
     }
 

@@ -39,7 +39,7 @@ _IS_CHILD[list(CHILD_TYPES)] = True
 
 COLUMNS = {"id": np.int64, "tid": np.int32, "aux32": np.uint32, "layer": np.uint8, "op": np.uint16,
            "ep": np.uint64, "len": np.uint32, "addr": np.uint64, "key": np.uint32, "qpn": np.uint32,
-           "ns": np.int64, "end_ns": np.int64, "ret": np.int32, "err": np.bool_, "closed": np.bool_,
+           "ns": np.int64, "end_ns": np.int64, "ret": np.int32, "tries": np.uint32, "err": np.bool_, "closed": np.bool_,
            "dest": np.uint64, "pi0": np.int32, "pi1": np.int32, "parent": np.int64, "depth": np.uint8}
 
 
@@ -49,14 +49,15 @@ SUBLAYERS = {ly.Layer.UCP: "ucp", ly.Layer.UCT: "uct", ly.Layer.LIBFABRIC: "libf
 
 
 def new_counts() -> dict:
-    return {"calls": Counter(), "ops": 0, "bytes": 0, "errors": 0, "unclosed": 0}
+    return {"calls": Counter(), "ops": 0, "bytes": 0, "errors": 0, "unclosed": 0, "retries": 0}
 
 
 def count_calls(t, acc: dict) -> None:
     """Add calls (a CallTable or a `calls` batch) to `acc`: per layer (`ucp`, `uct`,
     `libfabric`, `layer<N>` for one this version does not know) the calls by function name,
     the operations (calls of data functions, NOT_OPS aside, that returned no error) and their
-    payload bytes, the calls that failed and those without a CALL_END."""
+    payload bytes, the calls that failed and those without a CALL_END, and the tries folded into
+    calls (`retries`: calls that did nothing, refused or still waiting, before the one that did)."""
     layer, op, err, closed, size = (t[k] for k in ("layer", "op", "err", "closed", "len"))
     for la in np.unique(layer).tolist():
         d = acc.setdefault(SUBLAYERS.get(la, f"layer{la}"), new_counts())
@@ -69,6 +70,7 @@ def count_calls(t, acc: dict) -> None:
         d["bytes"] += int(size[data].astype(np.int64).sum())
         d["errors"] += int((m & err).sum())
         d["unclosed"] += int((m & ~closed).sum())
+        d["retries"] += int(t["tries"][m].astype(np.int64).sum())
 
 
 def function_pairs(tables) -> list[tuple[int, int]]:
@@ -198,6 +200,7 @@ def _pair(problems: list, s: StreamInfo, recs: np.ndarray, ns: np.ndarray):
         "key": recs["key"][ci], "qpn": np.where(has_end & (qpn_end != 0), qpn_end, recs["qpn"][ci]),
         "ns": ns[ci], "end_ns": np.where(has_end, ns[e], -1),
         "ret": np.where(has_end, recs["key"][e].view(np.int32), 0), "closed": has_end,
+        "tries": np.where(has_end, recs["len"][e], 0).astype(np.uint32),
         "err": has_end & ((recs["flags"][e] & fmt.RecFlag.ERR) != 0),
         "dest": np.where(has_end, recs["addr"][e], 0).astype(np.uint64),
         "pi0": np.where(ranged, (extra_end & np.uint64(0xFFFF)).astype(np.int64), -1),

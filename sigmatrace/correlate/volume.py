@@ -141,9 +141,9 @@ class Volume(Output):
     def per_layer(self) -> dict[str, dict]:
         """`ucx` (with `ucp` / `uct`), `libfabric`: calls by function, ops, bytes (report's
         definitions, docs/layers.md); `verbs`, `mlx5`, `cxi`: the ops and bytes counted here."""
-        sub = {k: {"calls": dict(sorted(v["calls"].items())), **{x: v[x] for x in ("ops", "bytes", "errors", "unclosed")}}
+        sub = {k: {"calls": dict(sorted(v["calls"].items())), **{x: v[x] for x in ("ops", "bytes", "errors", "unclosed", "retries")}}
                for k, v in self.calls_by_layer.items()}
-        empty = {"calls": {}, "ops": 0, "bytes": 0, "errors": 0, "unclosed": 0}
+        empty = {"calls": {}, "ops": 0, "bytes": 0, "errors": 0, "unclosed": 0, "retries": 0}
         ucp, uct = sub.get("ucp", empty), sub.get("uct", empty)
         main = ucp if ucp["calls"] else uct
         out = {"ucx": {"calls": dict(sorted({**ucp["calls"], **uct["calls"]}.items())), "ops": main["ops"],

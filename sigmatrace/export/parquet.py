@@ -98,7 +98,7 @@ OPS_SCHEMA = pa.schema([
     ("imm", pa.uint32()), ("src_qp", pa.uint32()), ("sge", pa.uint16()),
     ("doorbell_ns", pa.int64()), ("wqe_index", pa.uint32()),
     ("layer", pa.dictionary(pa.int8(), pa.string())), ("call_id", pa.int64()), ("parent_call_id", pa.int64()),
-    ("end_ns", pa.int64()), ("ret", pa.int32()),
+    ("end_ns", pa.int64()), ("ret", pa.int32()), ("tries", pa.uint32()),
 ])
 
 DOORBELLS_SCHEMA = pa.schema([
@@ -219,6 +219,7 @@ class ParquetOutput(Output):
             "parent_call_id": pa.array(b["parent"], mask=b["parent"] == 0),
             "end_ns": pa.array(b["end_ns"], mask=~b["closed"]),
             "ret": pa.array(b["ret"], mask=~b["closed"]),
+            "tries": pa.array(b["tries"], mask=~b["closed"]),
         }
         self._append("ops", OPS_SCHEMA, pa.RecordBatch.from_arrays([cols[f.name] for f in OPS_SCHEMA], schema=OPS_SCHEMA), p)
 
@@ -283,6 +284,7 @@ class ParquetOutput(Output):
         cols["parent_call_id"] = pa.nulls(n, pa.int64())
         cols["end_ns"] = pa.nulls(n, pa.int64())
         cols["ret"] = pa.nulls(n, pa.int32())
+        cols["tries"] = pa.nulls(n, pa.uint32())
         self._append("ops", OPS_SCHEMA, pa.RecordBatch.from_arrays([cols[f.name] for f in OPS_SCHEMA], schema=OPS_SCHEMA), p)
 
     def doorbells(self, p: Proc, b: Batch) -> None:

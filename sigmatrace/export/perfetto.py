@@ -64,7 +64,7 @@ ARG_NAMES = ["qpn", "op", "wrs", "bytes", "remote_addr", "rkey", "wr_id", "flags
              "pi", "bbs", "wqes", "lost_bbs", "repeater", "raw", "wqe_index", "ds", "opmod", "segments",
              "local_addr", "parse_delay_ns", "first_index", "cq", "cmd_type", "dst_nid", "dst_ep",
              "remote_offset", "write_pointer", "site", "doorbell_pi", "inline", "call_id", "endpoint", "ret",
-             "wqe_range", "dest"]
+             "wqe_range", "dest", "tries"]
 ARG = {name: i + 1 for i, name in enumerate(ARG_NAMES)}
 
 # interned string values: one block of 256 per code table, then endpoint labels
@@ -264,7 +264,8 @@ class PerfettoOutput(Output):
                                     count_flows=False))
             m = m[np.lexsort((-depth[m], b["end_ns"][m]))]
             end = [("ret", b["ret"][m].astype(np.int64), None, "i"),
-                   ("dest", b["dest"][m], b["dest"][m] != 0)]
+                   ("dest", b["dest"][m], b["dest"][m] != 0),
+                   ("tries", b["tries"][m].astype(np.int64), b["tries"][m] != 0, "i")]
             out.append(self._encode(b["end_ns"][m], track[m], name[m], end, [], None, SLICE_END))
         m = np.flatnonzero(~closed)
         if len(m):

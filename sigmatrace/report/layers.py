@@ -9,6 +9,11 @@ Each has `calls` (function -> count), `ops` and `bytes`; docs/layers.md defines 
              An operation is a call of a data function (not a flush or fence) that did not
              return an error; `bytes` its payload (`len`).
   libfabric  the same over the endpoint operations (all data functions).
+  UCP, UCT and libfabric calls that did nothing and made no record (refused for lack of
+  resources, "try again", a flush still waiting) are not recorded: the runtime folds them into
+  the next call of the same function on the same endpoint.  `retries` counts the tries folded
+  into recorded calls (their CALL_END's `len`); `hooked_retries` (live block) every such try,
+  also those no recorded call followed; `calls` / `hooked_calls` count calls recorded / made.
   verbs      hot calls from the live block (exact in every mode) and the control-path ibv_*
              calls (cold events); `ops` / `bytes` the send work requests posted and their
              bytes (what POST_SEND / SEND_WR records count), `recv_wrs` / `recv_bytes` the
@@ -47,7 +52,7 @@ def _empty() -> dict:
 
 def compute(td: TraceDir, model: RunModel) -> dict:
     acc = {name: _empty() for name in LAYERS}
-    sub = {name: new_counts() | {"hooked_calls": 0} for name in SUBLAYERS.values()}
+    sub = {name: new_counts() | {"hooked_calls": 0, "hooked_retries": 0} for name in SUBLAYERS.values()}
     acc["verbs"].update(recv_wrs=0, recv_bytes=0)
     acc["mlx5"].update(doorbells=0, cpu_wqes=0, gpu_wqes=0)
     acc["cuda"].update(substitutions=0)
@@ -90,6 +95,7 @@ def _live(p, acc: dict, sub: dict) -> None:
                 v["calls"][name] += int(t["calls"][call])
         for la, slot in LIVE_SLOT.items():
             sub[SUBLAYERS[la]]["hooked_calls"] += int(t["calls"][slot])
+            sub[SUBLAYERS[la]]["hooked_retries"] += int(t["layer_retries"][la - 1])
         v["ops"] += int(t["ops"].sum())
         v["bytes"] += int(t["bytes"].sum())
         v["recv_wrs"] += int(t["recv_wrs"])
@@ -145,8 +151,8 @@ def render(report: dict, console) -> None:
     if not any(d.get("ops") or _ncalls(d) for d in layers.values()):
         return
     t = Table(title="Layers")
-    for col in ("layer", "calls", "ops", "bytes", "functions"):
-        t.add_column(col, justify="right" if col in ("calls", "ops", "bytes") else "left")
+    for col in ("layer", "calls", "ops", "bytes", "tries folded", "functions"):
+        t.add_column(col, justify="left" if col in ("layer", "functions") else "right")
     for name, d in layers.items():
         calls = d.get("calls", {})
         if not _ncalls(d) and not d.get("ops"):
@@ -154,11 +160,17 @@ def render(report: dict, console) -> None:
         top = ", ".join(f"{k} {v}" for k, v in sorted(calls.items(), key=lambda kv: -kv[1])[:4])
         if len(calls) > 4:
             top += f", ... ({len(calls)} functions)"
-        t.add_row(name, str(_ncalls(d)), str(d.get("ops", 0)), str(d.get("bytes", 0)), top or "-")
+        t.add_row(name, str(_ncalls(d)), str(d.get("ops", 0)), str(d.get("bytes", 0)), str(_nretries(d)), top or "-")
         for s in ("ucp", "uct"):
             if s in d and _ncalls(d[s]):
-                t.add_row(f"  {s}", str(_ncalls(d[s])), str(d[s]["ops"]), str(d[s]["bytes"]), "")
+                t.add_row(f"  {s}", str(_ncalls(d[s])), str(d[s]["ops"]), str(d[s]["bytes"]), str(_nretries(d[s])), "")
     console.print(t)
+
+
+def _nretries(d: dict) -> int:
+    """Tries that did nothing (refused, a flush still waiting), folded instead of recorded: the
+    live block counts them all, also those no successful call followed."""
+    return d.get("hooked_retries", 0) + sum(d[s].get("hooked_retries", 0) for s in ("ucp", "uct") if s in d)
 
 
 def _ncalls(d: dict) -> int:

@@ -158,6 +158,9 @@ THREAD_DTYPE = np.dtype(
         ("completions", "<u8"),
         ("completion_errors", "<u8"),
         ("qps", QP_AGG_DTYPE, (THREAD_QPS,)),
+        # UCP, UCT, libfabric calls that did nothing and were folded into the next call of the
+        # same function and endpoint instead of being recorded (counted in `calls` too)
+        ("layer_retries", "<u8", (3,)),
     ]
 )
 

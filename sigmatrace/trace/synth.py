@@ -174,7 +174,7 @@ class SynthProcess:
         self.thread_totals: dict[int, dict] = defaultdict(lambda: {
             "calls": np.zeros(lv.CALLS, np.uint64), "ops": np.zeros(lv.OPS, np.uint64),
             "bytes": np.zeros(lv.OPS, np.uint64), "recv_wrs": 0, "recv_bytes": 0, "completions": 0,
-            "completion_errors": 0, "records": 0, "qps": {}})
+            "completion_errors": 0, "records": 0, "qps": {}, "layer_retries": np.zeros(3, np.uint64)})
         self.qp_totals: dict[int, dict] = {}
         self.repeaters: dict[int, dict] = {}
         self.call_seq: dict[int, int] = defaultdict(int)     # tid -> CALL records' aux32 so far
@@ -470,7 +470,8 @@ class SynthTrace:
         return k
 
     def call_end(self, p: SynthProcess, tid: int, t_ns: int, layer: int, op: int, k: int, *, ret: int = 0,
-                 err: bool = False, qpn: int = 0, dest: int = 0, wqe_range: tuple[int, int] | None = None) -> None:
+                 err: bool = False, qpn: int = 0, dest: int = 0, wqe_range: tuple[int, int] | None = None,
+                 tries: int = 0) -> None:
         p.end_ns = max(p.end_ns, int(t_ns) + 1000)
         if p.mode == "aggregate":
             return
@@ -478,18 +479,21 @@ class SynthTrace:
         if wqe_range is not None:
             extra = ly.WQE_RANGE_VALID | (wqe_range[0] & 0xFFFF) | ((wqe_range[1] & 0xFFFF) << 16)
         p.stream(tid).add([t_ns], records(1, type=fmt.RecType.CALL_END, aux=layer, op=op, aux32=k, key=ret & 0xFFFFFFFF,
-                                          qpn=qpn, addr=dest, extra=np.uint64(extra),
+                                          qpn=qpn, addr=dest, extra=np.uint64(extra), len=tries,
                                           flags=fmt.RecFlag.ERR if err else 0))
         p.count_records(tid, 1)
         p.end_ns = max(p.end_ns, int(t_ns) + 1000)
 
     def ucx_puts(self, q: Qp, n: int, size: int = 64, wqes_per_call: int = 1, start_ns: int | None = None,
-                 period_ns: int = 3000, parse_every: int = 4, ucp: bool = True, sends: bool = False) -> int:
+                 period_ns: int = 3000, parse_every: int = 4, ucp: bool = True, sends: bool = False,
+                 tries: int = 0) -> int:
         """`n` ucp_put_nbx calls (with `ucp`; else UCT alone) on the caller's thread, each
         enclosing one uct_ep_put_short on q (a cpu_queue) whose CALL_END names the WQEs it wrote:
         `wqes_per_call` RDMA_WRITE WQEs of one basic block each, rung by one doorbell, parsed by
         the repeater every `parse_every` calls.  With `sends`: ucp_am_send_nbx / uct_ep_am_short
-        writing SEND WQEs, each received by the peer (full mode) 1500 ns after its doorbell."""
+        writing SEND WQEs, each received by the peer (full mode) 1500 ns after its doorbell.
+        `tries`: each UCT call was tried that many times before, refused ("no resource"), the
+        tries folded into it as the runtime does (its CALL_END's len, the live block's count)."""
         fn_ucp, fn_uct, opcode = (9, 6, MLX5_SEND) if sends else (1, 1, MLX5_RDMA_WRITE)
         name_ucp, name_uct = ly.function_name(ly.Layer.UCP, fn_ucp), ly.function_name(ly.Layer.UCT, fn_uct)
         p = q.proc
@@ -522,7 +526,7 @@ class SynthTrace:
                 p.count_records(rep_tid, 1)
                 tot["doorbells"] += 1
                 p.repeaters[0]["doorbells"] += 1
-            self.call_end(p, tid, t + 300, ly.Layer.UCT, fn_uct, kt, qpn=q.qpn, wqe_range=(pi0, q.sq_pi))
+            self.call_end(p, tid, t + 300, ly.Layer.UCT, fn_uct, kt, qpn=q.qpn, wqe_range=(pi0, q.sq_pi), tries=tries)
             if sends:
                 self._recv_side(q.peer, np.full(wqes_per_call, t + 200 + 1500, np.int64), size)
             if ucp:
@@ -535,7 +539,8 @@ class SynthTrace:
             e.call_bytes[(p.pid, "uct")] += size * wqes_per_call
             e.call_parent[(p.pid, tid, kt)] = (tid, ku) if ucp else None
             e.call_wqes[(p.pid, tid, kt)] += wqes_per_call
-            tt["calls"][lv.Call.UCT] += 1
+            tt["calls"][lv.Call.UCT] += 1 + tries
+            tt["layer_retries"][ly.Layer.UCT - 1] += tries
             pending.append((pi0, wqes_per_call, kt))
             if len(pending) == parse_every or i == n - 1:
                 t_parse = t + 2000
@@ -831,6 +836,7 @@ class SynthTrace:
             threads["ops"][i], threads["bytes"][i] = tt["ops"], tt["bytes"]
             threads["recv_wrs"][i], threads["recv_bytes"][i] = tt["recv_wrs"], tt["recv_bytes"]
             threads["completions"][i] = tt["completions"]
+            threads["layer_retries"][i] = tt["layer_retries"]
             for j, (qpn, (rq, ops, nb)) in enumerate(sorted(tt["qps"].items())[:lv.THREAD_QPS]):
                 threads["qps"][i, j] = (qpn, rq, ops, nb)
         h["n_threads"] = len(tids)

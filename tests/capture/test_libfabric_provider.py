@@ -20,8 +20,9 @@ What fi_pingpong -S SIZE -I ITERS calls on its endpoint, per side (util/pingpong
   SIZE plus the verbs dgram endpoint's 40-byte message prefix (room for the GRH);
 - one send per iteration: fi_inject when SIZE is below the endpoint's inject_size, else fi_send;
 - at the end one fi_sendmsg of the 4-byte "fin" message.
-A post that returns -FI_EAGAIN is retried by fi_pingpong: those calls are recorded too, with
-their -FI_EAGAIN, and only the successful ones follow the model above.
+A post that returns -FI_EAGAIN is retried by fi_pingpong: such a try that posted nothing is
+folded into the call that goes through (its CALL_END's len); one that did post a verbs work
+request is recorded with its -FI_EAGAIN.  Only the successful calls follow the model above.
 """
 from __future__ import annotations
 
@@ -329,9 +330,12 @@ def test_stub_provider_every_call_exactly(tmp_path, stub_loop, mode):
         ("fi_send", 100, 0, 0, 7, ep, 0),               # through the table written at fi_ep_bind
         ("fi_recv", 200, 0, 0, (1 << 64) - 1, ep, 0),   # FI_ADDR_UNSPEC: any source
         ("fi_write", 300, 0x1000, 0xABCD, 7, ep, 0),    # through the table fi_enable swapped in
-        ("fi_tsend", 400, 0, 0, 7, ep, 0),
+        ("fi_tsend", 400, 0, 0, 7, ep, 0),              # after 2 tries refused -FI_EAGAIN, folded
         ("fi_send", 700, 0, 0, 11, tx, 0),              # on a scalable endpoint's transmit context
     ]
+    assert [int(end["len"]) for _, end, _ in side.calls] == [0] * (iters + warm + 3) + [2, 0]
+    [proc] = [p for p in TraceDir(tmp_path / "t").processes if p.live() is not None]
+    assert [int(v) for v in proc.live().threads["layer_retries"].sum(axis=0)] == [0, 0, 2]
     assert all(c[0]["aux32"] == i + 1 and not c[0]["flags"] & NESTED for i, c in enumerate(side.calls))
 
 

@@ -67,7 +67,7 @@ def test_records_nesting_and_wqe_links(ucx_harness, tmp_path, mode):
     exe, cpu_sq = ucx_harness
     out = run(exe, tmp_path / "p1", mode)
     assert out["wqe_links"] == (1 if cpu_sq else 0)
-    assert out["ucp_originals"] == 5 and out["pi"] == [13, 4, 3]
+    assert out["ucp_originals"] == 5 and out["pi"] == [13, 10, 3]
     a, b, c, w = out["epA"], out["epB"], out["epC"], out["worker"]
     _, recs = records(tmp_path / "p1")
 
@@ -90,10 +90,10 @@ def test_records_nesting_and_wqe_links(ucx_harness, tmp_path, mode):
     expect += [
         (CALL, 0, PUT_SHORT, UCT, 0, 200, 0x55, 0x2000, b, 7),                  # 4: learns 0x200, wraps
         (END, 0, PUT_SHORT, UCT, qb, 0, 0, 0, rb, 7),
-        (CALL, 0, PUT_SHORT, UCT, known(0x200), 300, 0x55, 0x2000, b, 8),       # 5: no resource
-        (END, ERR, PUT_SHORT, UCT, *link(0x200, 2, 2)[:1], 0, -2, 0, link(0x200, 2, 2)[1], 8),
-        (CALL, 0, FLUSH, UCT, known(0x100), 0, 0, 0, a, 9),                     # 6: posts nothing
-        (END, 0, FLUSH, UCT, *link(0x100, 13, 13)[:1], 0, 0, 0, link(0x100, 13, 13)[1], 9),
+        (CALL, 0, PUT_SHORT, UCT, known(0x200), 300, 0x55, 0x2000, b, 8),       # 5: 3 refused tries
+        (END, 0, PUT_SHORT, UCT, *link(0x200, 2, 8)[:1], 3, 0, 0, link(0x200, 2, 8)[1], 8),  # folded
+        (CALL, 0, FLUSH, UCT, known(0x100), 0, 0, 0, a, 9),                     # 6: posts nothing,
+        (END, 0, FLUSH, UCT, *link(0x100, 13, 13)[:1], 2, 0, 0, link(0x100, 13, 13)[1], 9),  # 2 waits
         (CALL, 0, PUT_SHORT, UCT, known(0x100), 8, 0x66, 0x3000, a, 10),        # 7: stale entry
         (END, 0, PUT_SHORT, UCT, *link(0x100, 13, 13)[:1], 0, 0, 0, link(0x100, 13, 13)[1], 10),
         (CALL, 0, PUT_SHORT, UCT, 0, 8, 0x66, 0x3000, a, 11),                   # 8: learned again
@@ -107,13 +107,19 @@ def test_records_nesting_and_wqe_links(ucx_harness, tmp_path, mode):
         (CALL, 0, TAG_RECV, UCP, 0, 64, 0, 0, 0, 15),                           # 12: worker call
         (END, 0, TAG_RECV, UCP, 0, 0, 1, 0, 0, 15),
         (CALL, 0, PUT_BCOPY, UCT, known(0x200), 0, 0x88, 0x6000, b, 16),        # 13: packed 77 B
-        (END, 0, PUT_BCOPY, UCT, *link(0x200, 2, 4)[:1], 0, 77, 0, link(0x200, 2, 4)[1], 16),
+        (END, 0, PUT_BCOPY, UCT, *link(0x200, 8, 10)[:1], 0, 77, 0, link(0x200, 8, 10)[1], 16),
         (CALL, 0, PUT_NBI, UCP, 0, 8, 0, 0x7000, a, 17),                        # 14: its ucp_put_nbx
         (CALL, NESTED, PUT_SHORT, UCT, known(0x300), 8, 0x1234, 0x7000, a, 18),  # is not recorded
         (END, 0, PUT_SHORT, UCT, *link(0x300, 2, 3)[:1], 0, 0, 0, link(0x300, 2, 3)[1], 18),
         (END, 0, PUT_NBI, UCP, 0, 0, 0, 0, 0, 17),
     ]
     assert [row(r) for r in recs] == expect
+    # the folded call starts when its first try did; the tries that did nothing are counted:
+    # 3 + 2 folded, and the refused one after 5 that nothing followed
+    [folded] = [r for r in recs if int(r["type"]) == CALL and int(r["aux32"]) == 8]
+    assert out["tries"][0] <= int(folded["ts"]) <= out["tries"][1]
+    live = ProcessTrace(tmp_path / "p1").live().threads
+    assert [int(v) for v in live["layer_retries"].sum(axis=0)] == [0, 6, 0]
 
 
 def test_aggregate_mode_counts_calls_without_records(ucx_harness, tmp_path):
@@ -123,4 +129,5 @@ def test_aggregate_mode_counts_calls_without_records(ucx_harness, tmp_path):
     assert len(recs) == 0
     calls = proc.live().threads["calls"]
     assert int(calls[:, lv.Call.UCP].sum()) == 7      # 3 puts, 1 put, tag send, tag recv, put_nbi
-    assert int(calls[:, lv.Call.UCT].sum()) == 11     # 3 nested put_short, 4-9, 13, 14's put_short
+    assert int(calls[:, lv.Call.UCT].sum()) == 17     # 3 nested put_short, 4, 5 (5), 6 (3), 7-9, 13, 14's
+    assert int(proc.live().threads["layer_retries"].sum()) == 0   # no records: nothing to fold

@@ -115,10 +115,10 @@ def test_report_layers(tmp_path):
     assert L["ucx"]["calls"] == {"ucp_put_nbx": 10, "uct_ep_put_short": 10}
     assert (L["ucx"]["ops"], L["ucx"]["bytes"]) == (10, 10 * 128)
     assert L["ucx"]["ucp"] == {"calls": {"ucp_put_nbx": 10}, "ops": 10, "bytes": 1280, "errors": 0, "unclosed": 0,
-                               "hooked_calls": 10}
+                               "retries": 0, "hooked_calls": 10, "hooked_retries": 0}
     assert L["ucx"]["uct"]["calls"] == {"uct_ep_put_short": 10} and L["ucx"]["uct"]["hooked_calls"] == 10
     assert L["libfabric"] == {"calls": {"fi_writemsg": 5}, "ops": 5, "bytes": 5 * 4096, "errors": 0, "unclosed": 0,
-                              "hooked_calls": 5}
+                              "retries": 0, "hooked_calls": 5, "hooked_retries": 0}
     assert L["verbs"]["calls"]["ibv_post_send"] == 5
     assert (L["verbs"]["ops"], L["verbs"]["bytes"], L["verbs"]["recv_wrs"]) == (5, 5 * 4096, 0)
     assert {k: L["mlx5"][k] for k in ("ops", "bytes", "doorbells", "cpu_wqes", "gpu_wqes")} == \
@@ -297,11 +297,45 @@ def test_json_export_layers(tmp_path):
     L = json.loads(out.read_text())["layers"]
     assert L["ucx"]["calls"] == {"ucp_put_nbx": 10, "uct_ep_put_short": 10}
     assert (L["ucx"]["ops"], L["ucx"]["bytes"]) == (10, 1280)
-    assert L["ucx"]["uct"] == {"calls": {"uct_ep_put_short": 10}, "ops": 10, "bytes": 1280, "errors": 0, "unclosed": 0}
-    assert L["libfabric"] == {"calls": {"fi_writemsg": 5}, "ops": 5, "bytes": 20480, "errors": 0, "unclosed": 0}
+    assert L["ucx"]["uct"] == {"calls": {"uct_ep_put_short": 10}, "ops": 10, "bytes": 1280, "errors": 0, "unclosed": 0,
+                               "retries": 0}
+    assert L["libfabric"] == {"calls": {"fi_writemsg": 5}, "ops": 5, "bytes": 20480, "errors": 0, "unclosed": 0,
+                              "retries": 0}
     assert L["verbs"] == {"ops": 5, "bytes": 20480}
     assert L["mlx5"] == {"ops": 20, "bytes": 1280}
     assert L["cxi"] == {"ops": 0, "bytes": 0}
+
+
+def test_folded_tries_in_report_sql_and_perfetto(tmp_path):
+    """UCT calls each tried 3 times before they went through ("no resource"): the runtime folds
+    those tries into the call (CALL_END len, the live block's count); every output says so."""
+    t = SynthTrace(seed=5)
+    a = t.process("node-a", 1001)
+    b = t.process("node-b", 2002)
+    qa, _ = t.rc_pair(a, b)
+    t.cpu_queue(qa)
+    t.ucx_puts(qa, 4, ucp=False, tries=3)
+    dirs = t.write(tmp_path / "run")
+    uct = build_report(TraceDir(dirs[0]))["layers"]["ucx"]["uct"]
+    assert (uct["calls"], uct["ops"], uct["retries"]) == ({"uct_ep_put_short": 4}, 4, 12)
+    assert (uct["hooked_calls"], uct["hooked_retries"]) == (16, 12)     # calls made: 4 x (3 tries + 1)
+    r = subprocess.run([sys.executable, "-m", "sigmatrace.cli.main", "report", str(dirs[0])],
+                       capture_output=True, text=True, timeout=60, env={"COLUMNS": "200", "PATH": "/usr/bin"})
+    rows = {line.split()[0]: line.split()[1:5] for line in r.stdout.replace("│", " ").splitlines()
+            if line.split() and line.split()[0] in ("ucx", "uct")}
+    assert rows == {"ucx": ["4", "4", "256", "12"], "uct": ["4", "4", "256", "12"]}
+    got = _sql(tmp_path, dirs, "SELECT op, tries, count(*) AS n FROM ops WHERE kind = 'call' GROUP BY ALL")
+    assert got == [{"op": "uct_ep_put_short", "tries": 3, "n": 4}]
+    from sigmatrace.correlate.output import write
+    from sigmatrace.export.perfetto import PerfettoOutput
+
+    from .conftest import parse_perfetto
+    out = tmp_path / "run.pftrace"
+    write(RunModel.load(dirs), [PerfettoOutput(out)])
+    pt = parse_perfetto(out)
+    _, E, _ = pb_types()
+    ends = [pt.args(te) for _, te in pt.events if te.type == E and pt.name(te) == "uct_ep_put_short"]
+    assert [e.get("tries") for e in ends] == [3] * 4
 
 
 def test_perfetto_cpu_posted_sends_flow_to_the_peer(tmp_path):

@@ -131,6 +131,10 @@ struct st_live_thread {
     uint64_t bytes[ST_LIVE_OPS];    /* payload bytes by ibv_wr_opcode */
     uint64_t recv_wrs, recv_bytes, completions, completion_errors;
     struct st_live_qp_agg qps[ST_LIVE_THREAD_QPS];
+    /* UCP, UCT and libfabric calls that did nothing (refused for lack of resources, a flush
+     * still waiting) and made no record: folded into the next call of the same function and
+     * endpoint (its CALL_END's len), not recorded themselves; counted in calls[] too */
+    uint64_t layer_retries[3];
 };
 
 #define ST_LIVE_QP_SIZE 2048

@@ -10,8 +10,11 @@
  *   1-3  ucp_put_nbx(epA, 8 bytes, raddr 0x1000): inside, rc_mlx5 put_short(epA, 8): 1 BB on
  *        queue 0x100 (the first one learns epA's QP by snapshots, the others read it cached)
  *   4    rc_mlx5 put_short(epB, 200): 4 BBs on queue 0x200 (learned)
- *   5    rc_mlx5 put_short(epB, 300): "no resource" (-2), posts nothing
- *   6    rc_mlx5 flush(epA): 0, posts nothing
+ *   5    rc_mlx5 put_short(epB, 300) four times: "no resource" (-2) three times, posting
+ *        nothing, then 6 BBs on queue 0x200: one call recorded, with the first try's time and
+ *        3 tries folded into it; then once more refused, and left (a try counted, not recorded)
+ *   6    rc_mlx5 flush(epA) three times: "in progress" (1) twice, then 0; posts nothing: one
+ *        call, 2 tries folded
  *   7    epA now stands for queue 0x300 (an endpoint freed, its memory reused): put_short(epA,
  *        8) reads the stale queue 0x100, whose index did not move: the cache entry is dropped
  *   8    put_short(epA, 8): learned again, queue 0x300
@@ -62,10 +65,15 @@ static int queue_of_a = 0;
 
 static int queue_of(void *ep) { return ep == &epA ? queue_of_a : 1; }
 
+static int refuse;      /* put_shorts to refuse for lack of resources */
+static int flush_waits; /* flushes to answer "in progress" */
+
 static int8_t fake_put_short(void *ep, const void *buf, unsigned len, uint64_t raddr, uint64_t rkey)
 {
-    if (len > 256)
+    if (refuse > 0) {
+        refuse--;
         return -2;
+    }
     queues[queue_of(ep)].pi += (uint16_t)((len + 16 + 16 + 4 + 63) / 64); /* ctrl, raddr, inline */
     return 0;
 }
@@ -74,7 +82,7 @@ static ssize_t fake_put_bcopy(void *ep, void *pack, void *arg, uint64_t raddr, u
     queues[queue_of(ep)].pi += 2;
     return 77;
 }
-static int8_t fake_flush(void *ep, unsigned flags, void *comp) { return 0; }
+static int8_t fake_flush(void *ep, unsigned flags, void *comp) { return flush_waits-- > 0 ? 1 : 0; }
 static int8_t fake_put_zcopy(void *ep, const void *iov, size_t n, uint64_t raddr, uint64_t rkey, void *comp)
 {
     return 1; /* UCS_INPROGRESS */
@@ -132,6 +140,7 @@ int main(int argc, char **argv)
     }
     int (*st_init)(const char *) = dlsym(rt, "st_init");
     void (*st_stop)(int) = dlsym(rt, "st_stop");
+    uint64_t (*st_tsc)(void) = dlsym(rt, "st_tsc");
     int (*set_original)(const char *, void *) = dlsym(rt, "st_set_original");
     int (*wqe_links)(void) = dlsym(rt, "st_ucx_wqe_links");
     void (*queue_source)(void *, void *) = dlsym(rt, "st_ucx_queue_source");
@@ -176,8 +185,18 @@ int main(int argc, char **argv)
     for (int i = 0; i < 3; i++)
         bad |= ucp_put(&epA, buf, 8, 0x1000, NULL, NULL) != NULL;                      /* 1-3 */
     bad |= uct_put_short(&epB, buf, 200, 0x2000, 0x55) != 0;                           /* 4 */
-    bad |= uct_put_short(&epB, buf, 300, 0x2000, 0x55) != -2;                          /* 5 */
-    bad |= flush(&epA, 0, NULL) != 0;                                                  /* 6 */
+    uint64_t tries_from = st_tsc();
+    refuse = 3;
+    for (int i = 0; i < 3; i++)
+        bad |= uct_put_short(&epB, buf, 300, 0x2000, 0x55) != -2;                      /* 5 */
+    uint64_t tries_to = st_tsc();
+    bad |= uct_put_short(&epB, buf, 300, 0x2000, 0x55) != 0;
+    refuse = 1;
+    bad |= uct_put_short(&epB, buf, 300, 0x2000, 0x55) != -2;
+    flush_waits = 2;
+    bad |= flush(&epA, 0, NULL) != 1;                                                  /* 6 */
+    bad |= flush(&epA, 0, NULL) != 1;
+    bad |= flush(&epA, 0, NULL) != 0;
     queue_of_a = 2;
     bad |= uct_put_short(&epA, buf, 8, 0x3000, 0x66) != 0;                             /* 7 */
     bad |= uct_put_short(&epA, buf, 8, 0x3000, 0x66) != 0;                             /* 8 */
@@ -196,8 +215,8 @@ int main(int argc, char **argv)
     bad |= put_nbi(&epA, buf, 8, 0x7000, NULL) != 0;                                   /* 14 */
     st_stop(1);
     printf("{\"ok\": %d, \"ucp_originals\": %d, \"wqe_links\": %d, \"pi\": [%u, %u, %u], \"epA\": %lu, "
-           "\"epB\": %lu, \"epC\": %lu, \"worker\": %lu}\n",
+           "\"epB\": %lu, \"epC\": %lu, \"worker\": %lu, \"tries\": [%lu, %lu]}\n",
            !bad, calls_ucp, wqe_links(), queues[0].pi, queues[1].pi, queues[2].pi, (unsigned long)(uintptr_t)&epA,
-           (unsigned long)(uintptr_t)&epB, (unsigned long)(uintptr_t)&epC, (unsigned long)(uintptr_t)&worker);
+           (unsigned long)(uintptr_t)&epB, (unsigned long)(uintptr_t)&epC, (unsigned long)(uintptr_t)&worker, (unsigned long)tries_from, (unsigned long)tries_to);
     return bad;
 }
