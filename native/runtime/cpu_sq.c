@@ -16,6 +16,7 @@
 struct ent {
     struct cpu_sq_info info;
     volatile uint32_t alive;
+    struct db_page *volatile page; /* the page of ours its doorbells go to (cpu_uar.c), or NULL */
 };
 
 static struct ent g_tab[CPU_SQ_MAX];
@@ -65,6 +66,32 @@ int cpu_sq_pi(uint32_t qpn, uint16_t *pi)
         return -1;
     *pi = read_pi(e);
     return 0;
+}
+
+#define NOT_OURS ((struct db_page *)1) /* the queue's register is not one of our pages */
+
+int cpu_sq_ring_now(uint32_t qpn)
+{
+    struct ent *e = (struct ent *)lookup(qpn);
+    if (!e)
+        return 0;
+    struct db_page *pg = __atomic_load_n(&e->page, __ATOMIC_ACQUIRE);
+    if (!pg) { /* a DevX queue: its page is found by its register, once */
+        pg = e->info.bf_reg ? cpu_uar_page_of(e->info.bf_reg) : NULL;
+        __atomic_store_n(&e->page, pg ? pg : NOT_OURS, __ATOMIC_RELEASE);
+    }
+    return pg && pg != NOT_OURS ? db_cpu_page_service(pg) : 0;
+}
+
+void cpu_sq_bind_page(uint32_t qpn, uint64_t sq_addr, struct db_page *pg)
+{
+    pthread_mutex_lock(&g_lock);
+    for (uint32_t i = g_n; i-- > 0;)
+        if (g_tab[i].alive && g_tab[i].info.qpn == qpn && g_tab[i].info.sq_addr == sq_addr) {
+            __atomic_store_n(&g_tab[i].page, pg, __ATOMIC_RELEASE);
+            break;
+        }
+    pthread_mutex_unlock(&g_lock);
 }
 
 int cpu_sq_snapshot(struct cpu_sq_view *out, int max)

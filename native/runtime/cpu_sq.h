@@ -20,6 +20,12 @@ struct cpu_sq_view {
  * we know.  One table lookup and one load of the doorbell record. */
 int cpu_sq_pi(uint32_t qpn, uint16_t *pi);
 
+/* Forward (and record) the doorbells rung on queue `qpn`'s register now, on the calling thread,
+ * instead of waiting for the repeater thread to get a core: for a thread that has just rung it
+ * (the ucx provider, after a UCT call that posted).  1 if a doorbell was taken; 0 also when
+ * the queue's register is not one of ours or its repeater holds it. */
+int cpu_sq_ring_now(uint32_t qpn);
+
 /* Up to `max` known queues with their producer indexes now; returns how many were written. */
 int cpu_sq_snapshot(struct cpu_sq_view *out, int max);
 

@@ -33,6 +33,9 @@ struct cpu_sq_info {
 int cpu_sq_add(const struct cpu_sq_info *in);
 /* The queue is gone (destroyed): readers no longer match it. */
 void cpu_sq_forget(uint32_t qpn);
+struct db_page;
+/* The queue's doorbells go to page PG of ours (cpu_uar.c): cpu_sq_ring_now serves it. */
+void cpu_sq_bind_page(uint32_t qpn, uint64_t sq_addr, struct db_page *pg);
 /* A copy of what is known of live queue `qpn`; 0, or -1 when unknown.  Cold path. */
 int cpu_sq_find(uint32_t qpn, struct cpu_sq_info *out);
 

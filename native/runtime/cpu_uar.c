@@ -89,6 +89,19 @@ struct db_page *cpu_uar_substitute(uint64_t reg, uint32_t half, uint64_t *fake_r
     return pg;
 }
 
+struct db_page *cpu_uar_page_of(uint64_t reg)
+{
+    struct db_page *pg = NULL;
+    pthread_mutex_lock(&g_lock);
+    for (int i = 0; i < g_n_pages; i++)
+        if (g_pages[i].real == (reg & ~4095ull) || (uint64_t)(uintptr_t)g_pages[i].fake == (reg & ~4095ull)) {
+            pg = g_pages[i].pg;
+            break;
+        }
+    pthread_mutex_unlock(&g_lock);
+    return pg;
+}
+
 uint64_t cpu_uar_fake_of(uint64_t addr)
 {
     uint64_t out = 0;
@@ -139,6 +152,8 @@ void cpu_uar_add_qp(struct db_page *pg, const struct cpu_sq_info *sq, uint16_t p
     if (q && q->repeater < 0)
         db_page_add_qp(pg, q);
     pthread_mutex_unlock(&g_lock);
+    if (q)
+        cpu_sq_bind_page(sq->qpn, sq->sq_addr, pg);
 }
 
 void cpu_uar_qp_gone(uint32_t qpn)

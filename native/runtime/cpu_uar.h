@@ -14,6 +14,8 @@ int cpu_uar_enabled(void);
  * doorbell word).  The page's repeater, and the register's address in our page in *fake_reg;
  * NULL when not substituted (the program keeps the real register). */
 struct db_page *cpu_uar_substitute(uint64_t reg, uint32_t half, uint64_t *fake_reg);
+/* Our page standing in for the UAR page of register REG (the real or our address), or NULL. */
+struct db_page *cpu_uar_page_of(uint64_t reg);
 /* The address in our page that stands for `addr` in a substituted UAR page, or 0. */
 uint64_t cpu_uar_fake_of(uint64_t addr);
 /* A queue of mlx5dv_init_obj rings through `pg`: its WQEs from producer index `pi_now` on are

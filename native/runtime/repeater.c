@@ -6,7 +6,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <linux/futex.h>
 #include <sys/prctl.h>
+#include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -33,6 +35,8 @@ struct db_rthread {
     struct db_page *volatile pages[MAX_PAGES_PER_THREAD];
     volatile uint32_t n_pages;
     volatile uint32_t flush_req, flush_ack;
+    volatile int muted;    /* flushed for the session's end: records nothing more in it */
+    volatile int served;   /* a program thread took stores of its pages since it last looked */
     int cpu;
     int state;
     uint64_t started;      /* ns */
@@ -51,6 +55,25 @@ static struct db_qp *(*g_resolver)(uint32_t qpn, struct db_page *pg);
 static struct db_stats g_stats;
 
 static inline void cpu_relax(void) { __builtin_ia32_pause(); }
+
+/* A CPU page is taken by its repeater or by the program thread that rang it, one at a time
+ * (db_cpu_page_service); pages of GPU producers only by their repeater. */
+static int page_try(struct db_page *pg) { return !__atomic_exchange_n(&pg->busy, 1, __ATOMIC_ACQUIRE); }
+static void page_enter(struct db_page *pg)
+{
+    if (!pg->cpu)
+        return;
+    for (unsigned spins = 1; !page_try(pg); spins++) {
+        cpu_relax();
+        if (!(spins & 63))
+            sched_yield(); /* the holder may be a program thread that lost its core */
+    }
+}
+static void page_leave(struct db_page *pg)
+{
+    if (pg->cpu)
+        __atomic_store_n(&pg->busy, 0, __ATOMIC_RELEASE);
+}
 
 static uint64_t mono_ns(void)
 {
@@ -690,6 +713,26 @@ static int take_cpu_lines(struct db_rthread *T, struct db_page *pg)
     return 1;
 }
 
+int db_cpu_page_service(struct db_page *pg)
+{
+    struct db_rthread *T = pg->thread;
+    if (!pg->cpu || !T || pg->stopped || !page_try(pg))
+        return 0;
+    int took = 0;
+    /* not while the session ends: the repeater's flush accounts every store before its own end,
+     * and a store this thread took after that would have its WQEs announced but never parsed */
+    if (!pg->stopped && !pg->stop_req && !T->muted &&
+        __atomic_load_n(&T->flush_req, __ATOMIC_ACQUIRE) == __atomic_load_n(&T->flush_ack, __ATOMIC_ACQUIRE)) {
+        uint64_t before = pg->live->forwarded;
+        took = take_cpu_lines(T, pg);
+        pg->live->forwarded_by_caller += pg->live->forwarded - before;
+        if (took)
+            __atomic_store_n(&T->served, 1, __ATOMIC_RELEASE); /* its quiet pass parses them */
+    }
+    page_leave(pg);
+    return took;
+}
+
 static void finish_page(struct db_page *pg)
 {
     uint64_t v = __atomic_load_n(&pg->watch[0], __ATOMIC_RELAXED);
@@ -779,16 +822,16 @@ static void arm_quiet_pages(struct db_rthread *T, uint32_t n)
 {
     for (uint32_t i = 0; i < n; i++) {
         struct db_page *pg = T->pages[i];
+        page_enter(pg);
         struct db_qp *q = pg->arm_q;
-        if (!q)
-            continue;
         pg->arm_q = NULL;
-        if (pg->armed_q && pg->armed_q != q && pg->armed_q->rec_state == 1)
+        if (q && pg->armed_q && pg->armed_q != q && pg->armed_q->rec_state == 1)
             wqe_rec_disarm(&pg->armed_q->rec); /* one hold per page's stream at a time */
-        if (!pg->stopped && !q->dead && q->rec_state == 1 && db_thread_recording() && wqe_rec_arm(&q->rec)) {
+        if (q && !pg->stopped && !q->dead && q->rec_state == 1 && db_thread_recording() && wqe_rec_arm(&q->rec)) {
             pg->armed_q = q;
             pg->armed_ns = mono_ns();
         }
+        page_leave(pg);
     }
 }
 
@@ -797,12 +840,14 @@ static void expire_armed(struct db_rthread *T, uint32_t n, uint64_t now)
 {
     for (uint32_t i = 0; i < n; i++) {
         struct db_page *pg = T->pages[i];
+        page_enter(pg);
         struct db_qp *q = pg->armed_q;
-        if (!q || now - pg->armed_ns < (uint64_t)T->p.arm_hold_us * 1000)
-            continue;
-        pg->armed_q = NULL;
-        if (q->rec_state == 1)
-            wqe_rec_disarm(&q->rec);
+        if (q && now - pg->armed_ns >= (uint64_t)T->p.arm_hold_us * 1000) {
+            pg->armed_q = NULL;
+            if (q->rec_state == 1)
+                wqe_rec_disarm(&q->rec);
+        }
+        page_leave(pg);
     }
 }
 
@@ -815,9 +860,11 @@ static int poll_pages(struct db_rthread *T, uint32_t n)
         struct db_page *pg = T->pages[i];
         if (pg->stopped)
             continue;
+        page_enter(pg);
         busy |= take_doorbell(T, pg);
         if (pg->stop_req)
             finish_page(pg);
+        page_leave(pg);
     }
     return busy;
 }
@@ -830,6 +877,8 @@ static void serve_flush(struct db_rthread *T, uint32_t n)
     uint32_t req = __atomic_load_n(&T->flush_req, __ATOMIC_ACQUIRE);
     if (req == T->flush_ack) {
         db_thread_unmute_if_stopped();
+        if (T->muted && !db_recording())
+            T->muted = 0;
         return;
     }
     for (uint32_t i = 0; i < n; i++) {
@@ -838,11 +887,14 @@ static void serve_flush(struct db_rthread *T, uint32_t n)
             continue;
         /* a doorbell stored before the flush was asked for may have landed after this pass's
          * scan: take it now, so the session's last doorbells are accounted */
+        page_enter(pg);
         take_doorbell(T, pg);
         flush_page(pg);
+        page_leave(pg);
     }
     report_stats(T);
     db_thread_mute();
+    T->muted = 1;
     __atomic_store_n(&T->flush_ack, req, __ATOMIC_RELEASE);
 }
 
@@ -865,8 +917,11 @@ static void account_when_quiet(struct db_rthread *T, uint32_t n)
     if (T->bo.flushed)
         return;
     for (uint32_t i = 0; i < n; i++)
-        if (!T->pages[i]->stopped)
+        if (!T->pages[i]->stopped) {
+            page_enter(T->pages[i]);
             flush_page(T->pages[i]);
+            page_leave(T->pages[i]);
+        }
     T->bo.flushed = 1;
 }
 
@@ -881,10 +936,15 @@ static void back_off(struct db_rthread *T, uint32_t n)
         return;
     }
     for (uint32_t i = 0; i < n; i++)
-        if (!T->pages[i]->stopped)
+        if (!T->pages[i]->stopped) {
+            page_enter(T->pages[i]);
             forward_other_words(T->pages[i]);
+            page_leave(T->pages[i]);
+        }
     uint64_t now = mono_ns(), idle = now - b->last_active;
     expire_armed(T, n, now);
+    if (__atomic_exchange_n(&T->served, 0, __ATOMIC_ACQ_REL))
+        b->flushed = 0; /* WQEs announced by program threads wait for the next quiet pass */
     if (idle < (uint64_t)p->spin_us * 1000) {
         set_state(T, ST_REP_SPINNING);
         add_counter(T, offsetof(struct st_live_repeater, spins), 64);
@@ -898,10 +958,16 @@ static void back_off(struct db_rthread *T, uint32_t n)
             cpu_relax();
         sched_yield();
     } else {
+        account_when_quiet(T, n);
         set_state(T, ST_REP_SLEEPING);
         add_counter(T, offsetof(struct st_live_repeater, sleeps), 1);
-        struct timespec ts = {0, (long)b->sleep_us * 1000};
-        nanosleep(&ts, NULL);
+        /* tv_nsec must stay below a second (a longer repeater_max_sleep_us made nanosleep fail
+         * at once: the repeater spun instead of sleeping).  A futex wait on flush_req, so that
+         * the session's end (db_flush_all) wakes it at once, however long it meant to sleep. */
+        struct timespec ts = {(time_t)(b->sleep_us / 1000000), (long)(b->sleep_us % 1000000) * 1000};
+        uint32_t req = __atomic_load_n(&T->flush_req, __ATOMIC_ACQUIRE);
+        if (req == __atomic_load_n(&T->flush_ack, __ATOMIC_ACQUIRE))
+            syscall(SYS_futex, &T->flush_req, FUTEX_WAIT_PRIVATE, req, &ts, NULL, 0);
         b->sleep_us = b->sleep_us * 2 > p->max_sleep_us ? p->max_sleep_us : b->sleep_us * 2;
     }
 }
@@ -1077,8 +1143,10 @@ void db_flush_all(int timeout_ms)
 {
     uint32_t n = __atomic_load_n(&g_n_threads, __ATOMIC_ACQUIRE);
     uint32_t want[DB_MAX_THREADS];
-    for (uint32_t i = 0; i < n; i++)
+    for (uint32_t i = 0; i < n; i++) {
         want[i] = __atomic_add_fetch(&g_threads[i]->flush_req, 1, __ATOMIC_ACQ_REL);
+        syscall(SYS_futex, &g_threads[i]->flush_req, FUTEX_WAKE_PRIVATE, 1, NULL, NULL, 0); /* if asleep */
+    }
     for (uint32_t i = 0; i < n; i++) {
         int waited = 0;
         while ((int32_t)(__atomic_load_n(&g_threads[i]->flush_ack, __ATOMIC_ACQUIRE) - want[i]) < 0) {

@@ -111,6 +111,9 @@ struct db_page {
     uint32_t line_off[DB_PAGE_MAX_LINES];
     uint64_t line_last[DB_PAGE_MAX_LINES];
     uint64_t stale_doorbells;  /* control words older than what their QP already announced */
+    /* held by whoever takes the page's stores: its repeater thread, or a program thread right
+     * after it rang (db_cpu_page_service) */
+    volatile int busy;
 };
 
 struct db_params {
@@ -156,6 +159,11 @@ struct db_page *db_cpu_page_start(const struct db_params *p, volatile void *fake
 /* Watch the register half at `off` in the page (its current value is the starting one).  0, or
  * -1 when the page watches DB_PAGE_MAX_LINES halves already.  Cold path, caller serialises. */
 int db_cpu_page_watch(struct db_page *pg, uint32_t off);
+/* Take the page's new stores now, on the calling thread (the one that just rang): account,
+ * record and forward them as the repeater would, so a doorbell need not wait for the repeater to
+ * get a core.  Does nothing while the repeater holds the page or the session is ending.  1 if a
+ * store was taken. */
+int db_cpu_page_service(struct db_page *pg);
 /* Route doorbells of `q` through `pg` (cold path; the caller serialises).  0, or -1 if full. */
 int db_page_add_qp(struct db_page *pg, struct db_qp *q);
 /* Stop a page before its register goes away: the thread forwards what is pending, parses what

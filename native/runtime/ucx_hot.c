@@ -29,6 +29,7 @@
  * which case calls carry no WQE range. */
 #pragma weak cpu_sq_pi
 #pragma weak cpu_sq_snapshot
+#pragma weak cpu_sq_ring_now
 
 /* Where the wrappers read send queues: cpu_sq.h's readers, unless st_ucx_queue_source replaced
  * them (a test harness's fake queues). */
@@ -36,6 +37,11 @@ typedef int (*sq_pi_fn)(uint32_t qpn, uint16_t *pi);
 typedef int (*sq_snapshot_fn)(struct cpu_sq_view *out, int max);
 static sq_pi_fn sq_pi = cpu_sq_pi;
 static sq_snapshot_fn sq_snapshot = cpu_sq_snapshot;
+/* After a UCT call that posted on a queue whose register is ours, its doorbell is forwarded
+ * right here, by the thread that rang it: the repeater thread may be waiting for a core
+ * (docs/cpu-wqes.md, "Forwarding on the caller's thread"). */
+typedef int (*sq_ring_fn)(uint32_t qpn);
+static sq_ring_fn sq_ring = cpu_sq_ring_now;
 
 #define UCX_INLINE inline __attribute__((always_inline))
 
@@ -225,7 +231,9 @@ static UCX_INLINE void uct_begin(struct uct_call *u, int kind, uint8_t fn, void 
     u->qpn = 0;
     u->pi0 = -1;
     u->nsnap = 0;
-    if (kind != TP_VERBS && sq_pi && st_recording() && st_g.mode != ST_MODE_AGGREGATE) {
+    /* in aggregate mode too: no WQE range is recorded, but the QP lets uct_end forward the
+     * doorbell the call rang */
+    if (kind != TP_VERBS && sq_pi && st_recording()) {
         uint16_t pi;
         if (kind == TP_MLX5 && (u->qpn = ep_qpn(ep)) != 0 && sq_pi(u->qpn, &pi) == 0)
             u->pi0 = pi;
@@ -268,6 +276,8 @@ static UCX_INLINE void uct_end(struct uct_call *u, int kind, int64_t key, int po
     int idle = key == UCS_ERR_NO_RESOURCE ||
                (u->c.fn == ST_UCT_flush && key == UCS_INPROGRESS && !call_posted(extra));
     layer_call_end(&u->c, key, key < 0, idle, qpn, 0, extra);
+    if (kind == TP_MLX5 && qpn && sq_ring && call_posted(extra))
+        sq_ring(qpn);
 }
 
 /* ------------------------------------------------------------------------------------------ */
@@ -551,5 +561,6 @@ ST_EXPORT void st_ucx_queue_source(sq_pi_fn pi, sq_snapshot_fn snapshot)
 {
     sq_pi = pi;
     sq_snapshot = snapshot;
+    sq_ring = NULL; /* fake queues have no register of ours */
     memset(ep_qps, 0, sizeof(ep_qps));
 }

@@ -84,7 +84,8 @@ def _process(p, out: dict) -> None:
             "process": p.path.name, "index": i, "uar_reg_addr": int(r["uar_reg_addr"]),
             "fake_dptr": int(r["fake_dptr"]), "state": REPEATER_STATES.get(int(r["state"]), int(r["state"])),
             "cpu": int(r["cpu"]), "qps": int(r["n_qps"]), "doorbells": int(r["doorbells"]),
-            "forwarded": int(r["forwarded"]), "copies": int(r["copies"]), "syncs": int(r["syncs"]),
+            "forwarded": int(r["forwarded"]), "forwarded_by_caller": int(r["forwarded_by_caller"]),
+            "copies": int(r["copies"]), "syncs": int(r["syncs"]),
             "spins": int(r["spins"]), "backoffs": int(r["backoffs"]), "sleeps": int(r["sleeps"]),
         })
 

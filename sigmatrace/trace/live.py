@@ -200,6 +200,8 @@ REPEATER_DTYPE = np.dtype(
         ("copies", "<u8"),
         ("syncs", "<u8"),
         ("last_doorbell_tsc", "<u8"),
+        # of `forwarded`: doorbells of a CPU page taken by the program thread that rang them
+        ("forwarded_by_caller", "<u8"),
     ]
 )
 

@@ -295,6 +295,32 @@ def test_ucx_rc_mlx5_wqes_exactly(tmp_path, devx, case):
             assert [e[key] for e in events(side.trace, ev) if e["qpn"] == mine and key in e] == [theirs]
 
 
+# the repeater asleep (as when it gets no core): straight to 0.9 s sleeps (its tuning keys)
+REPEATER_ASLEEP = {"SIGMATRACE_REPEATER_SPIN_US": "0", "SIGMATRACE_REPEATER_PAUSE_US": "0",
+                   "SIGMATRACE_REPEATER_SLEEP_US": "900000", "SIGMATRACE_REPEATER_MAX_SLEEP_US": "900000"}
+
+
+@pytest.mark.parametrize(("devx", "case"), [
+    pytest.param("devx", "put_short", marks=needs_ucx, id="devx-put_short"),
+    pytest.param("verbs", "am_bcopy", marks=needs_ucx, id="init_obj-am_bcopy"),
+])
+def test_ucx_calls_forward_their_own_doorbells(tmp_path, devx, case):
+    """With the ucx provider, a UCT call that rang forwards its doorbell itself as it returns
+    (docs/cpu-wqes.md): with the repeater asleep, every doorbell of both sides is forwarded by
+    the thread that rang it, each WQE one doorbell, and every WQE recorded exactly."""
+    (test, layout, size), client_ops, server_ops, nbytes = RC_CASES[case]
+    args = ["-t", test, "-x", "rc_mlx5", "-d", "mlx5_0:1", "-n", str(N), "-w", "0", "-s", str(size), "-f"]
+    if layout:
+        args += ["-D", layout]
+    env = {**REPEATER_ASLEEP, **({"UCX_IB_MLX5_DEVX": "n"} if devx == "verbs" else {})}
+    server, client = ucx_pair(tmp_path, args, env)
+    for me, peer, ops in ((client, server, client_ops), (server, client, server_ops)):
+        check_rc_side(me, peer, ops, nbytes, "init_obj" if devx == "verbs" else "devx", test != "am_lat")
+        reps = me.report()["repeaters"]
+        assert sum(r["forwarded_by_caller"] for r in reps) == sum(r["forwarded"] for r in reps) == \
+            sum(r["doorbells"] for r in reps) == sum(ops.values())
+
+
 @pytest.mark.parametrize("_", [pytest.param(0, marks=needs_ucx, id="am_lat")])
 def test_ucx_ud_mlx5_am_lat_wqes(tmp_path, _):
     """ud_mlx5 writes its SQ through mlx5dv_init_obj's view: every active message is one SEND

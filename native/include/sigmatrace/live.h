@@ -166,6 +166,7 @@ struct st_live_repeater {
     uint32_t reserved0;
     uint64_t doorbells, forwarded, spins, backoffs, sleeps, copies, syncs;
     uint64_t last_doorbell_tsc;
+    uint64_t forwarded_by_caller; /* of `forwarded`: taken by the program thread that rang (CPU pages) */
 };
 
 #define ST_LIVE_THREAD_OFFSET ST_LIVE_HEADER_SIZE

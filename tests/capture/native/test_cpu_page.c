@@ -5,7 +5,12 @@
  * (control word, index + size, an index it has passed ignored) and completes at once, the only
  * thing that lets the producer reuse a slot.
  *
- *   test_cpu_page N    prints one JSON line: what the records and the NIC saw; exit 0 if exact
+ *   test_cpu_page N [MODE]    prints one JSON line: what the records and the NIC saw; exit 0 if
+ *                             exact
+ * MODE: "repeater" (the default: the repeater takes every store), "caller" (the producer also
+ * takes its own stores right after each, db_cpu_page_service, as the ucx provider does after a
+ * UCT call: both race for the page), "caller-only" (the repeater sleeps through the run: the
+ * producer takes every store itself).
  */
 #include <endian.h>
 #include <emmintrin.h>
@@ -31,6 +36,8 @@ static volatile uint8_t *fake, *real;
 static volatile uint32_t nic_pi;   /* blocks the NIC took (it completes them at once) */
 static volatile int nic_stop;
 static uint64_t n_ops;
+static struct db_page *page;
+static int caller_takes;
 
 /* what the records said, checked as they come */
 static uint64_t wqes, bad_wqes, losses, doorbell_blocks, doorbells, next_wqe;
@@ -95,6 +102,8 @@ static void *producer(void *arg)
                                 _mm_loadu_si128((const __m128i *)(w + 64 * b + 16 * k)));
         __builtin_ia32_sfence();
         half ^= HALF;
+        if (caller_takes)
+            db_cpu_page_service(page);
     }
     return NULL;
 }
@@ -133,12 +142,19 @@ static void *nic(void *arg)
 int main(int argc, char **argv)
 {
     n_ops = argc > 1 ? strtoull(argv[1], NULL, 0) : 20000;
+    const char *mode = argc > 2 ? argv[2] : "repeater";
+    caller_takes = strcmp(mode, "repeater") != 0;
+    int caller_only = strcmp(mode, "caller-only") == 0;
     test_env.on_record = on_record;
     fake = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
     real = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
     struct db_params p;
     db_params_load(&p, ST_DB_WQE);
-    struct db_page *pg = db_cpu_page_start(&p, fake, real);
+    if (caller_only) { /* straight to a 0.9 s sleep: the run is over before it wakes */
+        p.spin_us = p.pause_us = 0;
+        p.sleep_us = p.max_sleep_us = 900000;
+    }
+    struct db_page *pg = page = db_cpu_page_start(&p, fake, real);
     if (!pg || db_cpu_page_watch(pg, 0x800) || db_cpu_page_watch(pg, 0x800 + HALF))
         return 2;
     static struct db_qp q;
@@ -156,6 +172,10 @@ int main(int argc, char **argv)
     if (db_page_add_qp(pg, &q))
         return 2;
     pthread_t tp, tn;
+    if (caller_only) { /* let the repeater's first 64 polls pass: it sleeps from then on */
+        struct timespec t = {0, 20000000};
+        nanosleep(&t, NULL);
+    }
     pthread_create(&tn, NULL, nic, NULL);
     pthread_create(&tp, NULL, producer, NULL);
     pthread_join(tp, NULL);
@@ -168,7 +188,7 @@ int main(int argc, char **argv)
     }
     __atomic_store_n(&nic_stop, 1, __ATOMIC_RELEASE);
     pthread_join(tn, NULL);
-    db_flush_all(5000);
+    db_flush_all(10000);
     /* the last BlueFlame write in each half, whole: the WQE at the index its control word names */
     int bf_whole = 1;
     for (int h = 0; h < 2; h++) {
@@ -183,9 +203,10 @@ int main(int argc, char **argv)
     printf("{\"ops\":%" PRIu64 ",\"blocks\":%u,\"wqes\":%" PRIu64 ",\"bad_wqes\":%" PRIu64 ",\"losses\":%" PRIu64
            ",\"doorbells\":%" PRIu64 ",\"doorbell_blocks\":%" PRIu64 ",\"nic_pi\":%u,\"nic_taken\":%" PRIu64
            ",\"nic_ignored\":%" PRIu64 ",\"nic_bad\":%" PRIu64 ",\"stale\":%" PRIu64 ",\"backward\":%" PRIu64
-           ",\"bf_whole\":%d,\"errors\":%" PRIu64 "}\n",
+           ",\"bf_whole\":%d,\"errors\":%" PRIu64 ",\"forwarded\":%" PRIu64 ",\"forwarded_by_caller\":%" PRIu64 "}\n",
            n_ops, total, wqes, bad_wqes, losses, doorbells, doorbell_blocks, nic_pi, nic_taken, nic_ignored, nic_bad,
-           st.stale_doorbells, st.backward_doorbells, bf_whole, test_env.errors);
+           st.stale_doorbells, st.backward_doorbells, bf_whole, test_env.errors, pg->live->forwarded,
+           pg->live->forwarded_by_caller);
     int exact = wqes == n_ops && !bad_wqes && !losses && doorbell_blocks == total && nic_pi == total && !nic_bad &&
                 !st.backward_doorbells && bf_whole;
     return exact ? 0 : 1;
