@@ -6,6 +6,7 @@
  * devx_state.c): these hooks only hand it the arguments and results.  Cold path: Interceptor
  * attach.  mlx5dv_devx_free_uar stops the UAR's repeater before the register goes away.
  * mlx5dv_init_obj tells the runtime of send queues the program writes itself (cpu_sq.h).
+ * mlx5dv_open_device's context goes to the verbs provider, as ibv_open_device's do.
  */
 'use strict';
 
@@ -20,6 +21,13 @@
 
   // [export, {enter(args, self), leave(ret, self)}]
   const hooks = [
+    // a verbs context opened the DevX way: the verbs provider (when selected) hooks its ops
+    ['mlx5dv_open_device', {
+      enter(args, self) { self.dev = args[0]; },
+      leave(ret, self) {
+        if (api.verbsContextOpened) api.verbsContextOpened(self.ts, 'mlx5dv_open_device', self.dev, ret);
+      },
+    }],
     ['mlx5dv_devx_alloc_uar', {
       enter(args, self) { self.ctx = args[0]; self.flags = args[1].toUInt32(); },
       leave(ret, self) { rfn('st_devx_uar_alloc', ['pointer', 'uint32', 'pointer', 'uint64'])(self.ctx, self.flags, ret, self.ts); },

@@ -117,21 +117,25 @@
 
   // ------------------------------------------------------------------ cold hooks
 
+  // A context the program opened (ibv_open_device, or mlx5dv_open_device through the mlx5
+  // provider: DevX programs such as UCX open theirs that way, and its ops table is the same).
+  function contextOpened(ts, fn, dev, ctx) {
+    if (ctx.isNull()) {
+      emit(ts, 'dev_open', fn, '"ctx":0', 0);
+      return;
+    }
+    hookContext(ctx, 'open');
+    const text = vfmt('st_vfmt_context', ['pointer', 'uint64'], [ctx, uint64(guidOf(dev))]);
+    emit(ts, 'dev_open', fn, text, retOf(ctx));
+    api.internal(() => portInfo(ctx));
+  }
+
   // [export name, {enter(args, self), leave(ret, self)}]
   function coldHooks() {
     return [
       ['ibv_open_device', {
         enter(args, self) { self.dev = args[0]; },
-        leave(ret, self) {
-          if (ret.isNull()) {
-            emit(self.ts, 'dev_open', 'ibv_open_device', '"ctx":0', 0);
-            return;
-          }
-          hookContext(ret, 'open');
-          const text = vfmt('st_vfmt_context', ['pointer', 'uint64'], [ret, uint64(guidOf(self.dev))]);
-          emit(self.ts, 'dev_open', 'ibv_open_device', text, retOf(ret));
-          api.internal(() => portInfo(ret));
-        },
+        leave(ret, self) { contextOpened(self.ts, 'ibv_open_device', self.dev, ret); },
       }],
       ['ibv_close_device', {
         enter(args, self) {
@@ -258,6 +262,7 @@
       }
     }
     installed.push('ops:post_send', 'ops:post_recv', 'ops:poll_cq', 'ops:post_srq_recv');
+    api.verbsContextOpened = contextOpened; // for the mlx5 provider's mlx5dv_open_device
     return { installed, failed };
   }
 
@@ -449,6 +454,7 @@
   }
 
   function uninstall() {
+    delete api.verbsContextOpened;
     for (const c of hookedContexts) rfn('st_verbs_unhook_context', 'int', ['pointer'])(ptr(c));
     hookedContexts.clear();
     extHooked.clear();

@@ -235,13 +235,14 @@ def test_uct_calls_exactly_full_mode(tl, test, layout, size, fn, fabric, tmp_pat
     check_wqe_links(tr, ok, tl)
 
 
+@pytest.mark.parametrize("devx", ["y", "n"])
 @pytest.mark.parametrize("mode,child", [("simple", fmt.RecType.POST_SEND), ("full", fmt.RecType.SEND_WR)])
-def test_rc_verbs_call_encloses_its_work_request(mode, child, fabric, tmp_path):
+def test_rc_verbs_call_encloses_its_work_request(mode, child, devx, fabric, tmp_path):
     """rc_verbs posts through the verbs ops table: each put_short's one verbs record (8 bytes,
     RDMA write, the same remote address and key) is its child.  UCX opens the device with
-    mlx5dv_open_device unless UCX_IB_MLX5_DEVX=n, and only ibv_open_device's contexts are
-    hooked by the verbs provider, so the test asks for the verbs path."""
-    env = {**os.environ, "UCX_IB_MLX5_DEVX": "n"}
+    mlx5dv_open_device (DevX) unless UCX_IB_MLX5_DEVX=n (ibv_open_device): the verbs provider
+    hooks the contexts of both."""
+    env = {**os.environ, "UCX_IB_MLX5_DEVX": devx}
     args = ["-t", "put_lat", "-x", "rc_verbs", "-d", "mlx5_0:1", "-n", str(ITERS), "-w", "0", "-f"]
     cli = traced_pair(fabric, args, env, tmp_path / "t", mode)
     assert iterations(cli.out) == ITERS
@@ -256,6 +257,9 @@ def test_rc_verbs_call_encloses_its_work_request(mode, child, fabric, tmp_path):
     # and no verbs send outside a UCT call
     sends = tr.recs[tr.recs["type"] == int(child)]
     assert len(sends) == ITERS
+    opened = [e for e in tr.events if e["ev"] == "dev_open"]
+    assert [e["fn"] for e in opened] == ["mlx5dv_open_device" if devx == "y" else "ibv_open_device"]
+    assert [e["how"] for e in tr.events if e["ev"] == "ctx_hooked"] == ["open"]
 
 
 UCP_ENV = {"UCX_TLS": "rc_mlx5,ud_mlx5,self"}
