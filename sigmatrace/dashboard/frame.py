@@ -134,6 +134,7 @@ class RepeaterRow:
 class LayerRow:
     name: str                       # "verbs" (its hot calls), "ucp", "uct", "libfabric"
     calls: Metric                   # hooked calls of the layer (rate: calls per second)
+    tries: Metric | None = None     # of those, tries that did nothing (refused, still waiting)
 
 
 @dataclass

@@ -29,6 +29,8 @@ from .source import ColdState, ProcessSample, Sample
 # The live block's call slots of each layer (calls per second per layer)
 LAYER_CALLS = {"verbs": (lv.Call.POST_SEND, lv.Call.POST_RECV, lv.Call.POLL_CQ, lv.Call.POST_SRQ_RECV),
                "ucp": (lv.Call.UCP,), "uct": (lv.Call.UCT,), "libfabric": (lv.Call.LIBFABRIC,)}
+# Of those, the tries that did nothing (folded, not recorded): the live block's layer_retries
+LAYER_TRIES = {"ucp": 0, "uct": 1, "libfabric": 2}
 
 # How a repeater waits for the next doorbell, in the words the dashboard shows.
 REPEATER_STATES = {lv.RepeaterState.SPINNING: "spinning", lv.RepeaterState.PAUSING: "backing off",
@@ -76,6 +78,7 @@ class _Build:
         self.wqe_bytes = np.zeros(lv.MLX5_OPS, np.uint64)
         self.recv = np.zeros(4, np.uint64)   # recv_wrs, recv_bytes, completions, completion_errors
         self.layer_calls = {name: 0.0 for name in LAYER_CALLS}
+        self.layer_tries = {name: 0.0 for name in LAYER_TRIES}
         self.verbs_gaps: list[str | None] = []
         self.db_gaps: list[str | None] = []
         self.wqe_gaps: list[str | None] = []
@@ -151,6 +154,10 @@ class _Build:
             calls = threads["calls"].sum(axis=0, dtype=np.uint64)
             for name, slots in LAYER_CALLS.items():
                 self.layer_calls[name] += float(sum(int(calls[s]) for s in slots))
+            if "layer_retries" in threads.dtype.names:
+                tries = threads["layer_retries"].sum(axis=0, dtype=np.uint64)
+                for name, i in LAYER_TRIES.items():
+                    self.layer_tries[name] += float(tries[i])
         if c.verbs_gap is not None or not len(threads):
             return
         self.posted_ops += threads["ops"].sum(axis=0, dtype=np.uint64)
@@ -284,7 +291,11 @@ class _Build:
         for name, total in self.layer_calls.items():
             v[("L", name)] = total
             # verbs' hot calls are counted where its hooks are; the layers above count their own
-            self.layer_rows.append(LayerRow(name, Metric(("L", name), gap=verbs_gap if name == "verbs" else None)))
+            tries = None
+            if name in LAYER_TRIES:
+                v[("LT", name)] = self.layer_tries[name]
+                tries = Metric(("LT", name))
+            self.layer_rows.append(LayerRow(name, Metric(("L", name), gap=verbs_gap if name == "verbs" else None), tries))
         self.totals = Totals(
             doorbells=Metric(("T", "doorbells"), gap=db_gap),
             ops=Metric(("T", "ops"), gap=ops_gap),
@@ -343,6 +354,8 @@ def _fill(frame: Frame, hist: CounterHistory) -> None:
         metrics += (r.doorbells, r.forwarded, r.backoffs, r.sleeps)
     for r in frame.layers:
         metrics.append(r.calls)
+        if r.tries is not None:
+            metrics.append(r.tries)
     for m in metrics:
         if m.key is not None:
             m.total = hist.total(m.key)

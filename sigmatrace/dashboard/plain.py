@@ -42,7 +42,9 @@ def summary_line(frame: Frame, wall: float | None = None) -> str:
     if t.uncounted_qps and not (t.ops.gap and t.doorbells.gap):
         parts[-1] += f" (+{t.uncounted_qps} QPs not counted)"
     if frame.above_verbs:
-        parts.append("calls " + " ".join(f"{r.name} {_m(r.calls)}" for r in frame.layers))
+        parts.append("calls " + " ".join(
+            f"{r.name} {_m(r.calls)}" + (f" (tries {_m(r.tries)})" if r.tries is not None and (r.tries.rate or 0) > 0 else "")
+            for r in frame.layers))
     parts.append(f"lag {t.lag.gap}" if t.lag.gap else f"lag {int(t.lag.total or 0)} BB")
     d = frame.drops
     parts.append(f"drops not counted ({d.gap})" if d.gap else f"drops {d.total}")

@@ -218,7 +218,10 @@ def _layers_line(frame: Frame, width: int) -> Text:
     """Calls per second of each layer: verbs (its hot calls), UCP, UCT, libfabric."""
     segs: list = [("calls    ", "bold")]
     for r in frame.layers:
-        segs += [f"{r.name} ", _seg(r.calls), "  "]
+        segs += [f"{r.name} ", _seg(r.calls)]
+        if r.tries is not None and (r.tries.rate or 0) > 0:
+            segs += [" (", _seg(r.tries), " tries)"]
+        segs.append("  ")
     return _line(*segs, width=width)
 
 

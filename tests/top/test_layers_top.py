@@ -71,3 +71,26 @@ def test_layer_rates_without_verbs_hooks(tmp_path):
     got = {r.name: (r.calls.rate, r.calls.gap) for r in f.layers}
     assert got == {"verbs": (None, "not hooked"), "ucp": (40.0, None), "uct": (0.0, None), "libfabric": (0.0, None)}
     assert "calls verbs not hooked ucp 40.0/s uct 0/s libfabric 0/s | " in summary_line(f, wall=0)
+
+
+def test_layer_tries_are_shown_beside_the_calls(tmp_path):
+    """A UCT flush loop: 1,000 calls a step of which 990 were tries that did nothing (folded by
+    the runtime, counted in layer_retries): the rate of each, in the model, the dashboard and the
+    plain line; a layer with no tries shows none."""
+    me = os.getpid()
+    b = Block(writer.make_dir(tmp_path / f"p{me}") / "live.bin", me)
+    b.ready()
+    b.h["n_threads"] = 1
+    b.threads[0]["tid"], b.threads[0]["in_use"] = me, 1
+    t = b.threads[0]
+    m = DashboardModel(rate_window=1.0)
+    with LiveSource(tmp_path) as src:
+        m.update(_sample(src, 1.0))
+        t["calls"][lv.Call.UCT] += 1000
+        t["layer_retries"][1] += 990
+        t["calls"][lv.Call.UCP] += 10
+        f = m.update(_sample(src, 2.0))
+    got = {r.name: (r.calls.rate, r.tries.rate if r.tries else None) for r in f.layers}
+    assert got == {"verbs": (0.0, None), "ucp": (10.0, 0.0), "uct": (1000.0, 990.0), "libfabric": (0.0, 0.0)}
+    assert "calls verbs 0/s ucp 10.0/s uct 1.00k/s (tries 990/s) libfabric 0/s" in summary_line(f, wall=0)
+    assert "uct 1.00k/s (990/s tries)" in _text(f)
