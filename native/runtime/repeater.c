@@ -147,6 +147,7 @@ void db_params_load(struct db_params *p, int mode)
     p->copy_chunk = cfg_u32("wqe_copy_chunk");
     p->arm_blocks = cfg_u32("wqe_arm_blocks"); /* off: docs/doorbells.md, "Armed copies" */
     p->arm_hold_us = cfg_u32("wqe_arm_hold_us");
+    p->caller_forward = (int)cfg_u32("repeater_caller_forward");
     p->spin_us = cfg_u32("repeater_spin_us");
     p->pause_us = cfg_u32("repeater_pause_us");
     p->sleep_us = cfg_u32("repeater_sleep_us");
@@ -716,7 +717,7 @@ static int take_cpu_lines(struct db_rthread *T, struct db_page *pg)
 int db_cpu_page_service(struct db_page *pg)
 {
     struct db_rthread *T = pg->thread;
-    if (!pg->cpu || !T || pg->stopped || !page_try(pg))
+    if (!pg->cpu || !T || !T->p.caller_forward || pg->stopped || !page_try(pg))
         return 0;
     int took = 0;
     /* not while the session ends: the repeater's flush accounts every store before its own end,

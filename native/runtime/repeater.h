@@ -118,6 +118,7 @@ struct db_page {
 
 struct db_params {
     int mode;                  /* ST_DB_FORWARD or ST_DB_WQE */
+    int caller_forward;        /* CPU pages: the thread that rang may take its store (db_cpu_page_service) */
     uint32_t wqe_batch;        /* batch threshold in blocks (clamped to half of each ring) */
     int copy_order;            /* DB_COPY_*: when a doorbell's blocks are copied, against its forward */
     uint32_t quiet_us;         /* adaptive order: after the forward only when the page was quiet this long */

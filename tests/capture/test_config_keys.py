@@ -27,7 +27,7 @@ def test_table_is_read_from_the_built_runtime():
     keys = runtime_keys()
     header = (INCLUDE / "sigmatrace" / "config_keys.h").read_text()
     in_header = re.findall(r"^\s+X\((\w+),", header, re.M)
-    assert list(keys) == in_header and len(keys) == 21
+    assert list(keys) == in_header and len(keys) == 22
     assert keys["wqe_batch"].default == "128" and keys["ring_records"].default == str(1 << 18)
     assert keys["mode"].type == "|".join(m.value for m in Mode)
     assert {k.scope for k in keys.values()} == {"session", "tuning"}

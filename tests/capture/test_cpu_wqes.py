@@ -300,25 +300,29 @@ REPEATER_ASLEEP = {"SIGMATRACE_REPEATER_SPIN_US": "0", "SIGMATRACE_REPEATER_PAUS
                    "SIGMATRACE_REPEATER_SLEEP_US": "900000", "SIGMATRACE_REPEATER_MAX_SLEEP_US": "900000"}
 
 
-@pytest.mark.parametrize(("devx", "case"), [
-    pytest.param("devx", "put_short", marks=needs_ucx, id="devx-put_short"),
-    pytest.param("verbs", "am_bcopy", marks=needs_ucx, id="init_obj-am_bcopy"),
+@pytest.mark.parametrize(("devx", "case", "caller"), [
+    pytest.param("devx", "put_short", True, marks=needs_ucx, id="devx-put_short"),
+    pytest.param("verbs", "am_bcopy", True, marks=needs_ucx, id="init_obj-am_bcopy"),
+    pytest.param("devx", "put_short", False, marks=needs_ucx, id="devx-put_short-repeater_caller_forward=0"),
 ])
-def test_ucx_calls_forward_their_own_doorbells(tmp_path, devx, case):
+def test_ucx_calls_forward_their_own_doorbells(tmp_path, devx, case, caller):
     """With the ucx provider, a UCT call that rang forwards its doorbell itself as it returns
     (docs/cpu-wqes.md): with the repeater asleep, every doorbell of both sides is forwarded by
-    the thread that rang it, each WQE one doorbell, and every WQE recorded exactly."""
+    the thread that rang it, each WQE one doorbell, and every WQE recorded exactly.  With
+    repeater_caller_forward=0 the repeater forwards every one."""
     (test, layout, size), client_ops, server_ops, nbytes = RC_CASES[case]
     args = ["-t", test, "-x", "rc_mlx5", "-d", "mlx5_0:1", "-n", str(N), "-w", "0", "-s", str(size), "-f"]
     if layout:
         args += ["-D", layout]
-    env = {**REPEATER_ASLEEP, **({"UCX_IB_MLX5_DEVX": "n"} if devx == "verbs" else {})}
+    env = REPEATER_ASLEEP if caller else {"SIGMATRACE_REPEATER_CALLER_FORWARD": "0"}
+    env = {**env, **({"UCX_IB_MLX5_DEVX": "n"} if devx == "verbs" else {})}
     server, client = ucx_pair(tmp_path, args, env)
     for me, peer, ops in ((client, server, client_ops), (server, client, server_ops)):
         check_rc_side(me, peer, ops, nbytes, "init_obj" if devx == "verbs" else "devx", test != "am_lat")
         reps = me.report()["repeaters"]
-        assert sum(r["forwarded_by_caller"] for r in reps) == sum(r["forwarded"] for r in reps) == \
-            sum(r["doorbells"] for r in reps) == sum(ops.values())
+        forwarded = sum(r["forwarded"] for r in reps)
+        assert forwarded == sum(r["doorbells"] for r in reps) == sum(ops.values())
+        assert sum(r["forwarded_by_caller"] for r in reps) == (forwarded if caller else 0)
 
 
 @pytest.mark.parametrize("_", [pytest.param(0, marks=needs_ucx, id="am_lat")])

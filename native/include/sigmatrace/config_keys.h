@@ -58,7 +58,9 @@
     X(repeater_sleep_us, "u32", "5", "tuning", "then sleep, starting this long")                  \
     X(repeater_max_sleep_us, "u32", "100", "tuning", "and doubling up to this long")              \
     X(repeater_yield, "bool", "", "tuning",                                                        \
-      "yield every 64 polls while spinning; default 1 where the machine has 4 CPUs or fewer")
+      "yield every 64 polls while spinning; default 1 where the machine has 4 CPUs or fewer")     \
+    X(repeater_caller_forward, "bool", "1", "tuning",                                              \
+      "a UCT call that rang forwards its own doorbell (0: its page's repeater does)")
 
 /* The default of `key` from the table, or NULL for a key the table does not have. */
 static inline const char *st_config_default(const char *key)
