@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import re
+import signal
 import sys
 import time
 from pathlib import Path
@@ -23,6 +24,8 @@ WC_SEND, WC_WRITE, WC_READ, WC_FETCH_ADD, WC_RECV = 0, 1, 2, 4, 128  # ibv_wc_op
 WR_WRITE, WR_SEND, WR_READ, WR_FETCH_ADD = 0, 2, 4, 6  # ibv_wr_opcode
 WC_WR_FLUSH_ERR = 5  # ibv_wc_status
 GRH = 40  # a UD receive buffer starts with the 40-byte GRH
+SIGTERM_RC = 128 + signal.SIGTERM  # `sigmatrace spawn`'s status for a program SIGTERM ended
+FI_ROW = rf"^{gp.FI['size']}\s+{gp.FI['iters']}\s+={gp.FI['iters']}\s"  # fi_pingpong's result row
 
 
 def records(rep: dict) -> list[tuple[str, int, int, int, int, int, int]]:
@@ -40,10 +43,10 @@ def count(rep: dict, kind: str, **match) -> int:
                and all(r[1 + names.index(k)] == v for k, v in match.items()))
 
 
-def check_traced(side: dict, program_line: str, completion_errors: int = 0) -> dict:
-    """The program finished with its own checks (exit 0, its result line, a regular expression),
+def check_traced(side: dict, program_line: str, completion_errors: int = 0, rc: int = 0) -> dict:
+    """The program finished with its own checks (exit `rc`, its result line, a regular expression),
     and the tracer saw it whole on the real stack."""
-    assert side["rc"] == 0, side["out"]
+    assert side["rc"] == rc, side["out"]
     assert re.search(program_line, side["out"], re.M), side["out"]
     rep = side["report"]
     assert "error" not in rep, rep
@@ -288,3 +291,80 @@ def test_ucx_perftest_rc_verbs(guest):
     # a ping-pong: both sent as many; what each received (above: as many as it sent) came from the other
     assert sent[0] == sent[1]
     assert qps[0]["remote_qpn"] == qps[1]["qpn"] and qps[1]["remote_qpn"] == qps[0]["qpn"]
+
+
+def fi_pingpong_sides(guest, name: str) -> list[dict]:
+    """fi_pingpong's two traces, server first, after each side's own checks.  Its server never
+    returns from freeing its resources on rxe0 (docs/rxe.md), untraced too: guest_programs.py ends
+    it, traced and untraced alike, with SIGTERM once the client has exited; the traced one must
+    end as the untraced one did (the same status, through `sigmatrace spawn`), its trace finished
+    ("interrupted") and whole."""
+    res, untraced = guest[name], guest[name + gp.UNTRACED]
+    assert untraced["client"]["rc"] == 0 and re.search(FI_ROW, untraced["client"]["out"], re.M), untraced
+    for r in (res, untraced):
+        assert r["server"].get("ended_by") == "SIGTERM", r["server"]
+        assert re.search(FI_ROW, r["server"]["out"], re.M), r["server"]["out"]
+    rc = untraced["server"]["rc"]
+    server = check_traced(res["server"], FI_ROW, rc=SIGTERM_RC if rc == -signal.SIGTERM else rc)
+    client = check_traced(res["client"], FI_ROW)
+    assert server["status"] == "interrupted" and client["status"] == "completed"
+    for rep in (server, client):
+        assert any(lib["path"].endswith("libfabric.so.1.20.0") for lib in rep["rdma_libraries"])
+    return [server, client]
+
+
+def test_fi_pingpong_dgram(guest):
+    """libfabric's verbs provider, datagram endpoint (fi_pingpong -p verbs -e dgram) on rxe0:
+    each side sends its messages and a last 4-byte "fin" on one UD QP, each naming the peer's
+    QP; every receive buffer has room for the message and the 40-byte GRH (libfabric's message
+    prefix)."""
+    iters, size, fin = gp.FI["iters"], gp.FI["size"], 4
+    reps = fi_pingpong_sides(guest, "fi_dgram")
+    qps = [[q for q in rep["qps"] if q["ops"]] for rep in reps]
+    assert [len(q) for q in qps] == [1, 1]
+    qpns = [q[0]["qpn"] for q in qps]
+    for rep, [qp], peer in zip(reps, qps, reversed(qpns)):
+        q = qp["qpn"]
+        assert qp["type"] == "UD" and qp["state"] == "RTS" and qp["destroyed"]
+        assert rep["calls"]["ibv_post_send"] == iters + 1 and rep["calls"]["ibv_post_recv"] == iters + 2
+        assert rep["ops"] == {"SEND": iters + 1} and rep["bytes"] == iters * size + fin
+        assert rep["recv_wrs"] == iters + 2 and rep["recv_bytes"] == (iters + 2) * (size + GRH)
+        assert rep["record_counts"] == {f"SEND_WR {q} {WR_SEND} 1 {size} {peer}": iters,
+                                        f"SEND_WR {q} {WR_SEND} 1 {fin} {peer}": 1,
+                                        f"RECV_WR {q} 0 1 {size + GRH} 0": iters + 2,
+                                        f"COMPLETION {q} {WC_SEND} 0 {size} 0": iters,
+                                        f"COMPLETION {q} {WC_SEND} 0 {fin} 0": 1,
+                                        f"COMPLETION {q} {WC_RECV} 0 {size + GRH} {peer}": iters,
+                                        f"COMPLETION {q} {WC_RECV} 0 {fin + GRH} {peer}": 1}
+
+
+def test_fi_pingpong_rdm(guest):
+    """libfabric's rdm endpoint over verbs on rxe0 is ofi_rxd (a reliable protocol of its own over
+    the verbs provider's UD endpoint): the data messages, rxd's acknowledgements and control
+    packets are SENDs on one UD QP each naming the peer's QP, every one asking a completion, and
+    every receive buffer is rxd's 1024 bytes.  How many acknowledgements and retransmissions rxd
+    makes depends on timing, so the two traces are checked against each other: what each side
+    received, size by size (plus the 40-byte GRH), is exactly what the other sent."""
+    reps = fi_pingpong_sides(guest, "fi_rdm")
+    qps = [[q for q in rep["qps"] if q["ops"]] for rep in reps]
+    assert [len(q) for q in qps] == [1, 1]
+    qpns = [q[0]["qpn"] for q in qps]
+    sent = []
+    for rep, [qp], peer in zip(reps, qps, reversed(qpns)):
+        q = qp["qpn"]
+        assert qp["type"] == "UD" and qp["state"] == "RTS" and qp["destroyed"]
+        sizes = {r[4]: r[-1] for r in records(rep) if r[0] == "SEND_WR"}
+        sends = sum(sizes.values())
+        assert sends > 2 * gp.FI["iters"] and rep["ops"] == {"SEND": sends} == qp["ops_by_opcode"]
+        assert rep["calls"]["ibv_post_send"] == sends and rep["bytes"] == sum(n * z for z, n in sizes.items())
+        recvs = rep["calls"]["ibv_post_recv"]
+        assert rep["recv_wrs"] == recvs and rep["recv_bytes"] == recvs * 1024
+        received = {r[4] - GRH: r[-1] for r in records(rep) if r[0] == "COMPLETION" and r[2] == WC_RECV}
+        expect = {f"RECV_WR {q} 0 1 1024 0": recvs}
+        expect |= {f"SEND_WR {q} {WR_SEND} 1 {z} {peer}": n for z, n in sizes.items()}
+        expect |= {f"COMPLETION {q} {WC_SEND} 0 {z} 0": n for z, n in sizes.items()}
+        expect |= {f"COMPLETION {q} {WC_RECV} 0 {z + GRH} {peer}": n for z, n in received.items()}
+        assert rep["record_counts"] == expect
+        sent.append((sizes, received))
+    (s_sent, s_recv), (c_sent, c_recv) = sent
+    assert s_recv == c_sent and c_recv == s_sent
