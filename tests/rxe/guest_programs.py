@@ -90,7 +90,14 @@ def scenarios() -> dict[str, tuple[list[str], list[str]]]:
     for ep, prov, port in (("msg", "verbs", 18612), ("rdm", "verbs;ofi_rxd", 18613), ("dgram", "verbs", 18614)):
         fi = ["fi_pingpong", "-p", prov, "-e", ep, "-I", str(FI["iters"]), "-S", str(FI["size"])]
         s[f"fi_{ep}"] = ([*fi, "-B", str(port)], [*fi, "-P", str(port), ADDR])
+    fi = ["fi_pingpong", "-p", "verbs", "-e", "rdm", "-I", str(FI["iters"]), "-S", str(FI["size"])]
+    s["fi_rdm_rxm"] = ([*fi, "-B", "18616"], [*fi, "-P", "18616", ADDR])
     return s
+
+
+# rxm sizes its msg endpoints' CQs by the universe size: at the default 256 they are larger than
+# rxe0's 32767 entries (ibv_create_cq fails, fi_enable() returns -22)
+SCENARIO_ENV = {"fi_rdm_rxm": {"FI_UNIVERSE_SIZE": "16"}}
 
 
 def finish(p: subprocess.Popen, deadline: float) -> dict:
@@ -103,9 +110,10 @@ def finish(p: subprocess.Popen, deadline: float) -> dict:
     return {"rc": p.returncode, "out": out[-4000:]}
 
 
-def start(argv: list[str]) -> subprocess.Popen:
+def start(argv: list[str], env: dict | None = None) -> subprocess.Popen:
     return subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            start_new_session=True, stdin=subprocess.DEVNULL, env={**os.environ, **ENV})
+                            start_new_session=True, stdin=subprocess.DEVNULL,
+                            env={**os.environ, **ENV, **(env or {})})
 
 
 def report(trace: Path) -> dict:
@@ -186,12 +194,13 @@ def run_pair(name: str, server: list[str], client: list[str], work: Path) -> dic
     deadline = t0 + TIMEOUT
     base, traced = name.removesuffix(UNTRACED), not name.endswith(UNTRACED)
     sides = ("client",) if base in CLIENT_ONLY else ("server", "client")
-    srv = start(spawn(work / f"{name}-server", "full", server) if traced and "server" in sides else server)
+    env = SCENARIO_ENV.get(base)
+    srv = start(spawn(work / f"{name}-server", "full", server) if traced and "server" in sides else server, env)
     if base == "rping":
         wait_cm_listening(int(server[server.index("-p") + 1]))
     else:
         wait_listening(int(server[server.index("-B" if "-B" in server else "-p") + 1]))
-    cli = start(spawn(work / f"{name}-client", "full", client) if traced else client)
+    cli = start(spawn(work / f"{name}-client", "full", client) if traced else client, env)
     res = {"client": finish(cli, deadline), "server": finish(srv, deadline)}
     for side in sides if traced else ():
         res[side]["report"] = report(work / f"{name}-{side}")

@@ -382,3 +382,29 @@ def test_fi_pingpong_rdm(guest):
         sent.append((sizes, received))
     (s_sent, s_recv), (c_sent, c_recv) = sent
     assert s_recv == c_sent and c_recv == s_sent
+
+
+def test_fi_pingpong_rdm_rxm(guest):
+    """libfabric's rdm endpoint as rxm over the verbs msg endpoint (fi_pingpong -p verbs -e rdm,
+    FI_UNIVERSE_SIZE=16: docs/rxe.md): one RC QP each way, paired; every message a SEND of
+    rxm's 64-byte header and the payload, each completed: 100 of the payload, the last 4-byte
+    "fin", and 2 of the header alone (rxm's own); rxm keeps 128 receives of 16448 bytes posted,
+    one more for each that arrived."""
+    iters, size, fin, hdr = gp.FI["iters"], gp.FI["size"], 4, 64
+    reps = fi_pingpong_sides(guest, "fi_rdm_rxm")
+    qps = [[q for q in rep["qps"] if q["ops"]] for rep in reps]
+    assert [len(q) for q in qps] == [1, 1]
+    (a,), (b,) = qps
+    assert a["remote_qpn"] == b["qpn"] and b["remote_qpn"] == a["qpn"]
+    sends, recvs, rx_buf = iters + 3, 128 + iters + 3, 16448
+    for rep, [qp] in zip(reps, qps):
+        q = qp["qpn"]
+        assert qp["type"] == "RC" and qp["state"] == "RTS" and qp["destroyed"]
+        assert rep["calls"]["ibv_post_send"] == sends and rep["calls"]["ibv_post_recv"] == recvs
+        assert rep["ops"] == {"SEND": sends} and rep["bytes"] == iters * (hdr + size) + (hdr + fin) + 2 * hdr
+        assert rep["recv_wrs"] == recvs and rep["recv_bytes"] == recvs * rx_buf
+        counts = {}
+        for length, n in ((hdr + size, iters), (hdr + fin, 1), (hdr, 2)):
+            counts |= {f"SEND_WR {q} {WR_SEND} 1 {length} 0": n, f"COMPLETION {q} {WC_SEND} 0 {length} 0": n,
+                       f"COMPLETION {q} {WC_RECV} 0 {length} 0": n}
+        assert rep["record_counts"] == {f"RECV_WR {q} 0 1 {rx_buf} 0": recvs, **counts}
