@@ -78,6 +78,9 @@ mnt tmpfs tmpfs /tmp; mnt tmpfs tmpfs /run
 echo 1 > /proc/sys/kernel/printk
 echo "@@rxe-begin@@"   # the host prints from here on: the init's own errors, then the command's output
 hostname rxe-guest; ip link set lo up
+# debootstrap writes no /etc/hosts: "localhost" went to DNS, unreachable here (EAI_AGAIN), and
+# libfabric's verbs provider resolves it (fi_pingpong -e msg failed, -e dgram never exited)
+printf '127.0.0.1\tlocalhost\n::1\tlocalhost\n127.0.1.1\trxe-guest\n' > /etc/hosts
 # The serial line is slow to drain: wait before the reset, or the status line is lost.
 finish() { sync; echo "@@rxe-status=$1@@"; sleep 2; echo b > /proc/sysrq-trigger; sleep 60; }
 setup_rxe() {

@@ -23,6 +23,7 @@ WC_SEND, WC_WRITE, WC_READ, WC_FETCH_ADD, WC_RECV = 0, 1, 2, 4, 128  # ibv_wc_op
 WR_WRITE, WR_SEND, WR_READ, WR_FETCH_ADD = 0, 2, 4, 6  # ibv_wr_opcode
 WC_WR_FLUSH_ERR = 5  # ibv_wc_status
 GRH = 40  # a UD receive buffer starts with the 40-byte GRH
+FI_ROW = rf"^{gp.FI['size']}\s+{gp.FI['iters']}\s+={gp.FI['iters']}\s"  # fi_pingpong's result row
 
 
 def records(rep: dict) -> list[tuple[str, int, int, int, int, int, int]]:
@@ -288,3 +289,122 @@ def test_ucx_perftest_rc_verbs(guest):
     # a ping-pong: both sent as many; what each received (above: as many as it sent) came from the other
     assert sent[0] == sent[1]
     assert qps[0]["remote_qpn"] == qps[1]["qpn"] and qps[1]["remote_qpn"] == qps[0]["qpn"]
+
+
+def fi_pingpong_sides(guest, name: str) -> list[dict]:
+    """fi_pingpong's two traces, server first, after each side's own checks (exit 0, its result
+    row) and the real libfabric seen loaded."""
+    res = guest[name]
+    reps = [check_traced(res[side], FI_ROW) for side in ("server", "client")]
+    for rep in reps:
+        assert any(lib["path"].endswith("libfabric.so.1.20.0") for lib in rep["rdma_libraries"])
+    return reps
+
+
+def test_fi_pingpong_msg(guest):
+    """libfabric's verbs provider, msg endpoint (fi_pingpong -p verbs -e msg): an RC QP that
+    rdma_cm connects; its messages and a last 4-byte "fin" each way, each a SEND asking a
+    completion; one receive posted ahead, then one per message."""
+    iters, size, fin = gp.FI["iters"], gp.FI["size"], 4
+    reps = fi_pingpong_sides(guest, "fi_msg")
+    qps = [[q for q in rep["qps"] if q["ops"]] for rep in reps]
+    assert [len(q) for q in qps] == [1, 1]
+    (a,), (b,) = qps
+    assert a["remote_qpn"] == b["qpn"] and b["remote_qpn"] == a["qpn"]
+    for rep, [qp] in zip(reps, qps):
+        q = qp["qpn"]
+        # the QP ends in ERR: the disconnect at the end flushes it before it is destroyed
+        assert qp["type"] == "RC" and qp["state"] == "ERR" and qp["destroyed"]
+        assert rep["calls"]["ibv_post_send"] == iters + 1 and rep["calls"]["ibv_post_recv"] == iters + 1
+        assert rep["ops"] == {"SEND": iters + 1} and rep["bytes"] == iters * size + fin
+        assert rep["recv_wrs"] == iters + 1 and rep["recv_bytes"] == (iters + 1) * size
+        assert rep["record_counts"] == {f"SEND_WR {q} {WR_SEND} 1 {size} 0": iters,
+                                        f"SEND_WR {q} {WR_SEND} 1 {fin} 0": 1,
+                                        f"RECV_WR {q} 0 1 {size} 0": iters + 1,
+                                        f"COMPLETION {q} {WC_SEND} 0 {size} 0": iters,
+                                        f"COMPLETION {q} {WC_SEND} 0 {fin} 0": 1,
+                                        f"COMPLETION {q} {WC_RECV} 0 {size} 0": iters,
+                                        f"COMPLETION {q} {WC_RECV} 0 {fin} 0": 1}
+
+
+def test_fi_pingpong_dgram(guest):
+    """libfabric's verbs provider, datagram endpoint (fi_pingpong -p verbs -e dgram) on rxe0:
+    each side sends its messages and a last 4-byte "fin" on one UD QP, each naming the peer's
+    QP; every receive buffer has room for the message and the 40-byte GRH (libfabric's message
+    prefix)."""
+    iters, size, fin = gp.FI["iters"], gp.FI["size"], 4
+    reps = fi_pingpong_sides(guest, "fi_dgram")
+    qps = [[q for q in rep["qps"] if q["ops"]] for rep in reps]
+    assert [len(q) for q in qps] == [1, 1]
+    qpns = [q[0]["qpn"] for q in qps]
+    for rep, [qp], peer in zip(reps, qps, reversed(qpns)):
+        q = qp["qpn"]
+        assert qp["type"] == "UD" and qp["state"] == "RTS" and qp["destroyed"]
+        assert rep["calls"]["ibv_post_send"] == iters + 1 and rep["calls"]["ibv_post_recv"] == iters + 2
+        assert rep["ops"] == {"SEND": iters + 1} and rep["bytes"] == iters * size + fin
+        assert rep["recv_wrs"] == iters + 2 and rep["recv_bytes"] == (iters + 2) * (size + GRH)
+        assert rep["record_counts"] == {f"SEND_WR {q} {WR_SEND} 1 {size} {peer}": iters,
+                                        f"SEND_WR {q} {WR_SEND} 1 {fin} {peer}": 1,
+                                        f"RECV_WR {q} 0 1 {size + GRH} 0": iters + 2,
+                                        f"COMPLETION {q} {WC_SEND} 0 {size} 0": iters,
+                                        f"COMPLETION {q} {WC_SEND} 0 {fin} 0": 1,
+                                        f"COMPLETION {q} {WC_RECV} 0 {size + GRH} {peer}": iters,
+                                        f"COMPLETION {q} {WC_RECV} 0 {fin + GRH} {peer}": 1}
+
+
+def test_fi_pingpong_rdm(guest):
+    """libfabric's rdm endpoint over verbs as ofi_rxd (fi_pingpong -p "verbs;ofi_rxd" -e rdm: a
+    reliable protocol of its own over the verbs provider's UD endpoint): the data messages, rxd's acknowledgements and control
+    packets are SENDs on one UD QP each naming the peer's QP, every one asking a completion, and
+    every receive buffer is rxd's 1024 bytes.  How many acknowledgements and retransmissions rxd
+    makes depends on timing, so the two traces are checked against each other: what each side
+    received, size by size (plus the 40-byte GRH), is exactly what the other sent."""
+    reps = fi_pingpong_sides(guest, "fi_rdm")
+    qps = [[q for q in rep["qps"] if q["ops"]] for rep in reps]
+    assert [len(q) for q in qps] == [1, 1]
+    qpns = [q[0]["qpn"] for q in qps]
+    sent = []
+    for rep, [qp], peer in zip(reps, qps, reversed(qpns)):
+        q = qp["qpn"]
+        assert qp["type"] == "UD" and qp["state"] == "RTS" and qp["destroyed"]
+        sizes = {r[4]: r[-1] for r in records(rep) if r[0] == "SEND_WR"}
+        sends = sum(sizes.values())
+        assert sends > 2 * gp.FI["iters"] and rep["ops"] == {"SEND": sends} == qp["ops_by_opcode"]
+        assert rep["calls"]["ibv_post_send"] == sends and rep["bytes"] == sum(n * z for z, n in sizes.items())
+        recvs = rep["calls"]["ibv_post_recv"]
+        assert rep["recv_wrs"] == recvs and rep["recv_bytes"] == recvs * 1024
+        received = {r[4] - GRH: r[-1] for r in records(rep) if r[0] == "COMPLETION" and r[2] == WC_RECV}
+        expect = {f"RECV_WR {q} 0 1 1024 0": recvs}
+        expect |= {f"SEND_WR {q} {WR_SEND} 1 {z} {peer}": n for z, n in sizes.items()}
+        expect |= {f"COMPLETION {q} {WC_SEND} 0 {z} 0": n for z, n in sizes.items()}
+        expect |= {f"COMPLETION {q} {WC_RECV} 0 {z + GRH} {peer}": n for z, n in received.items()}
+        assert rep["record_counts"] == expect
+        sent.append((sizes, received))
+    (s_sent, s_recv), (c_sent, c_recv) = sent
+    assert s_recv == c_sent and c_recv == s_sent
+
+
+def test_fi_pingpong_rdm_rxm(guest):
+    """libfabric's rdm endpoint as rxm over the verbs msg endpoint (fi_pingpong -p verbs -e rdm,
+    FI_UNIVERSE_SIZE=16: docs/rxe.md): one RC QP each way, paired; every message a SEND of
+    rxm's 64-byte header and the payload, each completed: 100 of the payload, the last 4-byte
+    "fin", and 2 of the header alone (rxm's own); rxm keeps 128 receives of 16448 bytes posted,
+    one more for each that arrived."""
+    iters, size, fin, hdr = gp.FI["iters"], gp.FI["size"], 4, 64
+    reps = fi_pingpong_sides(guest, "fi_rdm_rxm")
+    qps = [[q for q in rep["qps"] if q["ops"]] for rep in reps]
+    assert [len(q) for q in qps] == [1, 1]
+    (a,), (b,) = qps
+    assert a["remote_qpn"] == b["qpn"] and b["remote_qpn"] == a["qpn"]
+    sends, recvs, rx_buf = iters + 3, 128 + iters + 3, 16448
+    for rep, [qp] in zip(reps, qps):
+        q = qp["qpn"]
+        assert qp["type"] == "RC" and qp["state"] == "RTS" and qp["destroyed"]
+        assert rep["calls"]["ibv_post_send"] == sends and rep["calls"]["ibv_post_recv"] == recvs
+        assert rep["ops"] == {"SEND": sends} and rep["bytes"] == iters * (hdr + size) + (hdr + fin) + 2 * hdr
+        assert rep["recv_wrs"] == recvs and rep["recv_bytes"] == recvs * rx_buf
+        counts = {}
+        for length, n in ((hdr + size, iters), (hdr + fin, 1), (hdr, 2)):
+            counts |= {f"SEND_WR {q} {WR_SEND} 1 {length} 0": n, f"COMPLETION {q} {WC_SEND} 0 {length} 0": n,
+                       f"COMPLETION {q} {WC_RECV} 0 {length} 0": n}
+        assert rep["record_counts"] == {f"RECV_WR {q} 0 1 {rx_buf} 0": recvs, **counts}
