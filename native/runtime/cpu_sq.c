@@ -24,17 +24,6 @@ static uint32_t g_n;                 /* entries published (release) */
 static uint16_t g_hint[HINTS];       /* qpn % HINTS -> newest index + 1 */
 static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
 
-static const char *st_name(int st)
-{
-    switch (st) {
-    case MLX5_ST_RC: return "RC";
-    case MLX5_ST_UC: return "UC";
-    case MLX5_ST_UD: return "UD";
-    case MLX5_ST_DCI: return "DCI";
-    default: return "OTHER";
-    }
-}
-
 static int matches(const struct ent *e, uint32_t qpn)
 {
     return e->info.qpn == qpn && __atomic_load_n(&e->alive, __ATOMIC_ACQUIRE);
@@ -147,7 +136,7 @@ int cpu_sq_add(const struct cpu_sq_info *in)
     db_live_qp(in->qpn, ST_QPF_CPU_SQ);
     db_cold("\"ev\":\"cpu_sq\",\"qpn\":%u,\"source\":\"%s\",\"st\":\"%s\",\"sq_addr\":%" PRIu64 ",\"sq_slots\":%u"
             ",\"dbr_addr\":%" PRIu64 ",\"bf_reg\":%" PRIu64 ",\"bf_size\":%u",
-            in->qpn, in->source == CPU_SQ_DEVX ? "devx" : "init_obj", st_name(in->st), in->sq_addr, in->slots, in->dbr_addr,
+            in->qpn, in->source == CPU_SQ_DEVX ? "devx" : "init_obj", mlx5_st_name(in->st), in->sq_addr, in->slots, in->dbr_addr,
             in->bf_reg, in->bf_size);
     return idx;
 }

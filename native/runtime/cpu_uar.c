@@ -35,13 +35,23 @@ static void on_stop(int reason, void *arg)
     db_flush_all(200); /* account what was recovered; forwarding goes on */
 }
 
+/* The entry of the page holding ADDR: the UAR page, or (WITH_FAKE) ours.  Lock held. */
+static struct page_ent *entry_of(uint64_t addr, int with_fake)
+{
+    for (int i = 0; i < g_n_pages; i++)
+        if (g_pages[i].real == (addr & ~4095ull) ||
+            (with_fake && (uint64_t)(uintptr_t)g_pages[i].fake == (addr & ~4095ull)))
+            return &g_pages[i];
+    return NULL;
+}
+
 /* The entry standing in for UAR page `real`, made on first need; NULL if none can be.  Lock held. */
 static struct page_ent *page_for(uint64_t real)
 {
     static int stop_hooked;
-    for (int i = 0; i < g_n_pages; i++)
-        if (g_pages[i].real == real)
-            return &g_pages[i];
+    struct page_ent *known = entry_of(real, 0);
+    if (known)
+        return known;
     if (g_n_pages == MAX_PAGES) {
         db_error("cpu_uar", "more than %d doorbell pages of CPU producers: UAR page %" PRIu64 " is not watched", MAX_PAGES,
                  real);
@@ -91,26 +101,18 @@ struct db_page *cpu_uar_substitute(uint64_t reg, uint32_t half, uint64_t *fake_r
 
 struct db_page *cpu_uar_page_of(uint64_t reg)
 {
-    struct db_page *pg = NULL;
     pthread_mutex_lock(&g_lock);
-    for (int i = 0; i < g_n_pages; i++)
-        if (g_pages[i].real == (reg & ~4095ull) || (uint64_t)(uintptr_t)g_pages[i].fake == (reg & ~4095ull)) {
-            pg = g_pages[i].pg;
-            break;
-        }
+    struct page_ent *e = entry_of(reg, 1);
+    struct db_page *pg = e ? e->pg : NULL;
     pthread_mutex_unlock(&g_lock);
     return pg;
 }
 
 uint64_t cpu_uar_fake_of(uint64_t addr)
 {
-    uint64_t out = 0;
     pthread_mutex_lock(&g_lock);
-    for (int i = 0; i < g_n_pages; i++)
-        if (g_pages[i].real == (addr & ~4095ull)) {
-            out = (uint64_t)(uintptr_t)g_pages[i].fake + (addr & 4095);
-            break;
-        }
+    struct page_ent *e = entry_of(addr, 0);
+    uint64_t out = e ? (uint64_t)(uintptr_t)e->fake + (addr & 4095) : 0;
     pthread_mutex_unlock(&g_lock);
     return out;
 }

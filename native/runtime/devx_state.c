@@ -79,16 +79,6 @@ static void *grow(void **tab, size_t *n, size_t *cap, size_t elem)
 }
 
 static const char *mem_name(int mem) { return mem == DB_MEM_GPU ? "gpu" : mem == DB_MEM_HOST ? "host" : "unknown"; }
-static const char *st_name(int st)
-{
-    switch (st) {
-    case MLX5_ST_RC: return "RC";
-    case MLX5_ST_UC: return "UC";
-    case MLX5_ST_UD: return "UD";
-    case MLX5_ST_DCI: return "DCI";
-    default: return "OTHER";
-    }
-}
 
 /* ---- UARs ---------------------------------------------------------------------------------- */
 
@@ -386,7 +376,7 @@ static void create_qp(void *ctx, const uint8_t *in, uint32_t qpn, void *obj, uin
                ",\"log_sq_size\":%u,\"sq_slots\":%u,\"sq_addr\":%" PRIu64 ",\"sq_umem_id\":%u,\"sq_umem_offset\":%" PRIu64
                ",\"rq_bytes\":%" PRIu64 ",\"dbr_addr\":%" PRIu64 ",\"dbr_umem_id\":%u,\"uar_page\":%u,\"cqn_snd\":%u"
                ",\"cqn_rcv\":%u,\"mem\":\"%s\",\"gpu\":%d,\"ret\":%" PRIu64,
-               (uint64_t)(uintptr_t)obj, qpn, st_name(st), pd, log_sq, q->slots, q->sq_addr, wq_umem, wq_off, rq_bytes,
+               (uint64_t)(uintptr_t)obj, qpn, mlx5_st_name(st), pd, log_sq, q->slots, q->sq_addr, wq_umem, wq_off, rq_bytes,
                dbr_loc, du ? dbr_umem : 0, uar_page, cqn_snd, cqn_rcv, mem_name(q->sq_mem), q->gpu,
                (uint64_t)(uintptr_t)obj);
 }

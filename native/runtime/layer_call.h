@@ -40,6 +40,14 @@ struct layer_call {
     uint8_t open;        /* on the thread's stack of open calls (simple and full mode) */
 };
 
+/* Whether the tries waiting to be folded are of E's function and endpoint, with no record of
+ * the thread since. */
+static LAYER_INLINE int layer_retry_matches(const struct st_thread *t, const struct st_open_call *e)
+{
+    const struct st_call_retry *rt = &t->retry;
+    return rt->count && rt->head == t->head && rt->layer == e->layer && rt->fn == e->fn && rt->ep == e->ep;
+}
+
 /* Write the CALL record of open call E now: a record of its thread is about to follow it (a
  * child), or the call returned having done something.  Tries of the same function on the same
  * endpoint that came right before it (no record of the thread in between) and did nothing are
@@ -50,7 +58,7 @@ static LAYER_INLINE void layer_call_write(struct st_thread *t, struct st_open_ca
     uint64_t ts = e->ts;
     struct st_call_retry *rt = &t->retry;
     if (ST_UNLIKELY(rt->count)) {
-        if (rt->head == t->head && rt->layer == e->layer && rt->fn == e->fn && rt->ep == e->ep) {
+        if (layer_retry_matches(t, e)) {
             ts = rt->ts;
             e->tries = rt->count;
         }
@@ -148,7 +156,7 @@ static LAYER_INLINE void layer_call_end(struct layer_call *c, int64_t ret, int e
         t->unwritten_calls--;
         if (idle) {
             struct st_call_retry *rt = &t->retry;
-            if (!(rt->count && rt->head == t->head && rt->layer == e->layer && rt->fn == e->fn && rt->ep == e->ep)) {
+            if (!layer_retry_matches(t, e)) {
                 rt->ts = e->ts;
                 rt->layer = e->layer;
                 rt->fn = e->fn;

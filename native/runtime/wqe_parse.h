@@ -38,6 +38,18 @@ enum {
 /* QP service types (qpc.st) that carry an address vector in each send WQE */
 enum { MLX5_ST_RC = 0x0, MLX5_ST_UC = 0x1, MLX5_ST_UD = 0x2, MLX5_ST_DCI = 0x5 };
 
+/* A service type's name in cold events. */
+static inline const char *mlx5_st_name(int st)
+{
+    switch (st) {
+    case MLX5_ST_RC: return "RC";
+    case MLX5_ST_UC: return "UC";
+    case MLX5_ST_UD: return "UD";
+    case MLX5_ST_DCI: return "DCI";
+    default: return "OTHER";
+    }
+}
+
 #define MLX5_INLINE_SEG 0x80000000u
 #define MLX5_EXTENDED_AV 0x80000000u /* dqp_dct bit: 48-byte address vector */
 
