@@ -2,8 +2,9 @@
 (their code paths, called in-process): no exception escapes, none hangs, every damage the format
 can detect is named among the problems of each, by its file, and the report shows everything the
 export noticed.  The traces: a synthetic two-node one (GPU doorbells and WQEs included) and,
-where ibv_rc_pingpong is installed, both sides of a real capture on the emulated NIC, made once;
-cases alternate between them.
+where ibv_rc_pingpong is installed, both sides of a real capture on the emulated NIC, made once,
+in the stream format the runtime writes (version 2, blocks) and rewritten as version 1; cases
+alternate between them.
 
 Seeded and reproducible: SIGMATRACE_FUZZ_SEED (default below) and SIGMATRACE_FUZZ_CASES pick the
 run, SIGMATRACE_FUZZ_CASE=N replays one case.  A failure prints the seed, the case and the
@@ -114,15 +115,17 @@ def capture_real(root: Path) -> list[Path]:
             server.wait()
         cleanup(fabric)
     assert client.returncode == 0 and server.returncode == 0, (client.stderr, server.stderr.read())
+    # the same capture twice: as the runtime wrote it (stream format 2, blocks) and rewritten as
+    # version 1, so that both formats meet every kind of damage
+    shutil.copytree(root, root.with_name(root.name + "-v2"))
     for side in ("server", "client"):
         _streams_as_version_1(root / side)
     return [root / "server", root / "client"]
 
 
 def _streams_as_version_1(trace: Path) -> None:
-    """The runtime writes stream format 2 (blocks); the mutations here model version 1's 48-byte
-    records, so the real trace's streams are rewritten as version 1, record for record (format 2
-    damage: tests/test_trace_reader.py)."""
+    """The runtime writes stream format 2 (blocks); a copy of the real trace is rewritten as
+    version 1, record for record, so that version 1's damage is met by real records too."""
     from sigmatrace.trace.reader import StreamFile
     from sigmatrace.trace.writer import StreamWriter
 
@@ -184,6 +187,66 @@ def _stream_flip_detectable(data: bytes, off: int, new: int) -> bool:
     return False
 
 
+def _blocks_of(data: bytes) -> list[tuple[int, int]]:
+    """(offset, size) of each block of an undamaged version 2 stream."""
+    out, off = [], HDR
+    while off < len(data):
+        size = int.from_bytes(data[off + 4:off + 8], "little")
+        out.append((off, size))
+        off += size
+    return out
+
+
+def _block_header_sound(h: bytes) -> bool:
+    """FORMAT.md's rules for a block header: magic, count 1..16384, a nonzero first seq, each
+    width one of 0/1/2/4/8 and at most its field's size (the twelfth 0), size as the widths say."""
+    v = np.frombuffer(h, fmt.BLOCK_HEADER_DTYPE)[0]
+    widths = [int(w) for w in v["width"]]
+    if int(v["magic"]) != fmt.BLOCK_MAGIC or not 0 < int(v["count"]) <= fmt.BLOCK_MAX_RECORDS or int(v["first_seq"]) == 0:
+        return False
+    if any(w not in fmt.BLOCK_WIDTHS or w > int(most) for w, most in zip(widths, fmt.BLOCK_MAX_WIDTH)):
+        return False
+    return int(v["size"]) == fmt.block_size(int(v["count"]), widths)
+
+
+def _records_detectable(recs: np.ndarray) -> bool:
+    """Records a reader must refuse: an unknown type, a timestamp beyond 63 bits, a calibration
+    with a zero or impossible clock value (FORMAT.md, "Damage readers detect")."""
+    for v in recs:
+        if not 1 <= int(v["type"]) <= max(fmt.RecType) or int(v["ts"]) >= 1 << 63:
+            return True
+        if int(v["type"]) == fmt.RecType.CALIB and (int(v["ts"]) == 0 or int(v["extra"]) == 0 or
+                                                  int(v["addr"]) >= 1 << 63 or int(v["extra"]) >= 1 << 63):
+            return True
+    return False
+
+
+def _block_flip_detectable(data: bytes, off: int, new: int) -> bool:
+    """Whether changing byte `off` of a version 2 stream to `new` is damage the format shows."""
+    from sigmatrace.trace.reader import decode_block
+
+    if off < HDR:
+        return _stream_flip_detectable(data, off, new)
+    for start, size in _blocks_of(data):
+        if start <= off < start + size:
+            break
+    hb = fmt.BLOCK_HEADER_SIZE
+    changed = bytearray(data[start:start + size])
+    changed[off - start] = new
+    if off - start < hb:
+        if 28 <= off - start < hb:          # reserved: not checked
+            return False
+        # an unsound header is reported and skipped; a sound one that differs changes where
+        # the records' seq starts or how many there are: a jump at this block or the next, or
+        # fewer records than the live block counted
+        return True
+    v = np.frombuffer(bytes(changed[:hb]), fmt.BLOCK_HEADER_DTYPE)[0]
+    before = decode_block(data, int(v["count"]), int(v["first_seq"]), v["width"], at=start)
+    after = decode_block(bytes(changed), int(v["count"]), int(v["first_seq"]), v["width"])
+    moved = before != after
+    return _records_detectable(after[moved])
+
+
 def _lines_sound(data: bytes) -> bool:
     if data and not data.endswith(b"\n"):
         return False
@@ -216,6 +279,8 @@ def mutate(root: Path, rng: np.random.Generator) -> Mutation:
     if kind.startswith("stream"):
         p = pick(streams)
         data = bytearray(p.read_bytes())
+        if int.from_bytes(data[8:12], "little") == fmt.FORMAT_VERSION:
+            return _mutate_blocks(p, kind, data, rng)
         n = (len(data) - HDR) // REC
         if kind == "stream_truncate":
             size = int(rng.integers(len(data)))
@@ -288,6 +353,34 @@ def mutate(root: Path, rng: np.random.Generator) -> Mutation:
     return Mutation(p, "live_flip", f"byte {off} set to {data[off]:#04x}", off < 12)   # magic, version
 
 
+def _mutate_blocks(p: Path, kind: str, data: bytearray, rng: np.random.Generator) -> Mutation:
+    """The stream damages of `mutate` on a version 2 stream: whole blocks swapped, bytes of a
+    block header, of its bases or of its columns changed, the file cut anywhere."""
+    blocks = _blocks_of(bytes(data))
+    if kind == "stream_truncate":
+        # cut anywhere: inside a block, or between two (then the live block's record count tells)
+        size = int(rng.integers(len(data)))
+        p.write_bytes(bytes(data[:size]))
+        return Mutation(p, kind, f"cut to {size} of {len(data)} bytes", True)
+    if kind == "stream_swap" and len(blocks) >= 2:
+        i, j = sorted(int(x) for x in rng.choice(len(blocks), 2, replace=False))
+        (a0, an), (b0, bn) = blocks[i], blocks[j]
+        out = data[:a0] + data[b0:b0 + bn] + data[a0 + an:b0] + data[a0:a0 + an] + data[b0 + bn:]
+        p.write_bytes(bytes(out))
+        return Mutation(p, "block_swap", f"blocks {i} and {j} swapped", True)   # first_seq differs
+    # a block's header bytes one time in three, else anywhere
+    if rng.random() < 1 / 3 and blocks:
+        start = blocks[int(rng.integers(len(blocks)))][0]
+        off = start + int(rng.integers(fmt.BLOCK_HEADER_SIZE))
+    else:
+        off = int(rng.integers(len(data)))
+    new = data[off] ^ int(rng.integers(1, 256))
+    detectable = _block_flip_detectable(bytes(data), off, new)
+    data[off] = new
+    p.write_bytes(bytes(data))
+    return Mutation(p, "block_flip", f"byte {off} set to {new:#04x}", detectable)
+
+
 # ---- one case ------------------------------------------------------------------------------------
 
 class CaseTimeout(Exception):
@@ -354,13 +447,14 @@ def _worker_run(cases: list[int]) -> list[str]:
 @pytest.fixture(scope="module")
 def bases(tmp_path_factory) -> list[Path]:
     """The undamaged traces: a synthetic one always, a real capture where ibv_rc_pingpong is
-    installed (every other case then damages it)."""
+    installed, in both stream formats (cases then take the three in turn)."""
     root = tmp_path_factory.mktemp("fuzz-base")
     out = [root / "synth"]
     build_base(out[0])
     if PINGPONG is not None:
         out.append(root / "real")
         capture_real(out[1])
+        out.append(root / "real-v2")      # capture_real's copy as the runtime wrote it
     for b in out:
         clean = run_commands(sorted(p for p in b.iterdir() if p.is_dir()), root)
         assert clean == {"report": [], "export": [], "sql": [], "matrix": []}, (b, clean)

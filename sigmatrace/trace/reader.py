@@ -457,6 +457,7 @@ class ProcessTrace:
     def _check_stream_lengths(self, snap: LiveSnapshot) -> None:
         """Streams shorter than the runtime's count of records written to them were cut short
         (truncated at a record boundary, or removed): the live block says how many are missing.
+        Once tracing has ended, a stream longer than that count was damaged too.
 
         The runtime publishes its counts after each write, so a stream never holds fewer records
         than they say unless it was damaged afterwards."""
@@ -479,9 +480,17 @@ class ProcessTrace:
             if m is not None:
                 sizes.setdefault(int(m.group(1)), []).append((path, n, end))
         flagged = 0
+        # once tracing has ended every count is final, and a stream holding more records than
+        # its thread wrote was damaged (a block header's count changed into another sound one)
+        ended = int(snap.header["end_tsc"]) != 0
+        most = _by_tid(snap.threads, minus_drops=False)
         for tid, want in _by_tid(snap.threads).items():
             files = sizes.get(tid, [])
             have = sum(n for _, n, _ in files)
+            if ended and files and have > most[tid]:
+                path, n, end = files[-1]
+                self.add_problem(Problem(path, None, f"thread {tid} wrote {most[tid]} records, {have} are here "
+                                                     f"({have - most[tid]} more than it wrote)"))
             if have < want:
                 flagged += want - have
                 path, n, end = files[-1] if files else (self.path / "streams" / f"t{tid}.bin", 0, None)
@@ -577,11 +586,12 @@ _PROC_DIR = re.compile(r"p\d+(\.\d+)?$")
 _STREAM_NAME = re.compile(r"t(\d+)(-\d+)?\.bin$")
 
 
-def _by_tid(threads: np.ndarray) -> dict[int, int]:
-    """Records each thread id wrote to its streams (a reused id has several slots)."""
+def _by_tid(threads: np.ndarray, minus_drops: bool = True) -> dict[int, int]:
+    """Records each thread id wrote to its streams (a reused id has several slots): at least
+    `records - drops`, at most `records`."""
     out: dict[int, int] = {}
     for t in threads:
-        n = int(t["records"]) - int(t["drops"])
+        n = int(t["records"]) - (int(t["drops"]) if minus_drops else 0)
         if n > 0:
             out[int(t["tid"])] = out.get(int(t["tid"]), 0) + n
     return out

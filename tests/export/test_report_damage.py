@@ -138,3 +138,19 @@ def test_provider_name_not_utf8_in_live_block(tmp_path):
     del h
     rep = _report(dirs[0])
     assert rep["processes"][0]["providers"] == {"verbs\ufffd": "installed"}
+
+
+def test_more_records_than_the_thread_wrote_is_damage(tmp_path):
+    """Once tracing ended the live block's counts are final: records beyond them (a block header's
+    count changed into another sound one, or records appended) are named, and still read."""
+    t, dirs = build_two_nodes(tmp_path / "run")
+    other = dirs[0] / "p4242" / "streams" / "t4342.bin"
+    recs = np.fromfile(other, dtype=fmt.RECORD_DTYPE, offset=HDR)
+    assert len(recs) == 107
+    extra = recs[-5:].copy()
+    extra["seq"] = np.arange(108, 113)           # sound records that continue the stream
+    with open(other, "ab") as f:
+        f.write(extra.tobytes())
+    rep = _report(dirs[0])
+    assert rep["problems"] == [f"{other}: thread 4342 wrote 107 records, 112 are here (5 more than it wrote)"]
+    assert rep["damaged"] == {"streams": [str(other)]}
