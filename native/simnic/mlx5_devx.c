@@ -788,7 +788,7 @@ static void general_caps(void *out)
 static void atomic_caps(void *out)
 {
     prm_set(out, PRM_ATOMIC_REQ_8B_ENDIANNESS_MODE, 1);
-    prm_set(out, PRM_ATOMIC_SUPPORTED_8B_ENDIANNESS_MODE_1, 1);
+    prm_set(out, PRM_SUPPORTED_ATOMIC_REQ_8B_ENDIANNESS_MODE_1, 1);
     prm_set(out, PRM_ATOMIC_OPERATIONS, SN_ATOMIC_OPERATIONS);
     prm_set(out, PRM_ATOMIC_SIZE_QP, SN_ATOMIC_SIZES);
     prm_set(out, PRM_ATOMIC_SIZE_DC, SN_ATOMIC_SIZE_DC);
