@@ -4,8 +4,13 @@ them, 4- and 8-byte masked compare-swap and fetch-add with exact results (a 4-by
 back big-endian, the target stays in host order), and the errors a ConnectX gives for what it
 does not perform: an opmod naming no size it has, a local buffer of the wrong size, a misaligned
 target.  The GPU-initiated example checks the same operations in bulk (tests/gpu)."""
+import os
+
+from sigmatrace.simnic import environment
+
 from .conftest import run
 from .test_ex_verbs import build
+from .test_gpu import _stats
 
 EXPECTED = [
     # CS, FA, masked CS, masked FA; 4 and 8 bytes on RC; DC has none until DC is routed
@@ -28,7 +33,21 @@ EXPECTED = [
 
 
 def test_masked_atomics_and_their_errors(tmp_path, nic_env):
-    prog = build(tmp_path, "masked_atomics", "-libverbs", "-lmlx5")
+    prog = build(tmp_path, "masked_atomics", "-libverbs", "-lmlx5", "-ldl")
     r = run([str(prog)], nic_env, timeout=60)
     assert r.rc == 0, r.out + r.err
     assert r.out.splitlines() == EXPECTED, r.out
+
+
+def test_masked_atomics_on_device_memory(tmp_path, fabric):
+    """The same with results and targets in CUDA device memory (the driver test double): the
+    engine reads each target and writes it back, and the results, with the driver's copies."""
+    prog = build(tmp_path, "masked_atomics", "-libverbs", "-lmlx5", "-ldl")
+    env = {**os.environ, **environment(devices=1, fabric=fabric, cuda_stub=True), "CUDASTUB_STATS": "1"}
+    r = run([str(prog), "-g"], env, timeout=60)
+    assert r.rc == 0, r.out + r.err
+    assert r.out.splitlines() == EXPECTED, r.out
+    s = _stats(r.err)
+    # five atomics performed: each target read once; written back by the four that changed it
+    # (not the compare-swap that did not match); each result written into the local buffer
+    assert (s["cuMemcpyDtoHAsync"], s["cuMemcpyHtoDAsync"]) == (5, 4 + 5), r.err

@@ -5,7 +5,13 @@
  * printed.  Bad ones, each on a fresh pair of QPs (an error moves the QP to the error state):
  * opmods the device does not perform, a local buffer of the wrong size, a misaligned target.
  * Each prints the completion's status and vendor syndrome.  One line per step;
- * tests/simnic/test_masked_atomics.py compares them.  Exit status 2 on a failed check. */
+ * tests/simnic/test_masked_atomics.py compares them.  Exit status 2 on a failed check.
+ *
+ *   masked_atomics        results and targets in host memory
+ *   masked_atomics -g     in CUDA device memory (cuMemAlloc, filled and read with cuMemcpy*;
+ *                         the driver opened with dlopen: the test double in CI) */
+#define _GNU_SOURCE
+#include <dlfcn.h>
 #include <infiniband/mlx5dv.h>
 
 #include "common.h"
@@ -23,6 +29,49 @@ static struct ibv_pd *pd;
 static struct ibv_context *ctx;
 static uint8_t *mem;		/* [0, 64): local results; [64, 128): targets */
 static struct ibv_mr *mr;
+static int gpu;
+static struct {
+	int (*htod)(unsigned long long, const void *, size_t);
+	int (*dtoh)(void *, unsigned long long, size_t);
+} cu;
+
+static void mput(uint32_t off, const void *src, size_t n)
+{
+	if (gpu)
+		CHECK(!cu.htod((uintptr_t)mem + off, src, n), "cuMemcpyHtoD");
+	else
+		memcpy(mem + off, src, n);
+}
+
+static void mfill(uint32_t off, int c, size_t n)
+{
+	uint8_t b[4096];
+
+	memset(b, c, n);
+	mput(off, b, n);
+}
+
+/* A device buffer from the CUDA driver, in the device's primary context. */
+static uint8_t *cuda_alloc(size_t n)
+{
+	void *h = dlopen("libcuda.so.1", RTLD_NOW), *ctx;
+	int (*init)(unsigned), (*device_get)(int *, int), (*retain)(void **, int), (*set)(void *);
+	int (*alloc)(unsigned long long *, size_t);
+	unsigned long long p;
+	int dev;
+
+	CHECK(h, "libcuda.so.1: %s", dlerror());
+	init = dlsym(h, "cuInit");
+	device_get = dlsym(h, "cuDeviceGet");
+	retain = dlsym(h, "cuDevicePrimaryCtxRetain");
+	set = dlsym(h, "cuCtxSetCurrent");
+	alloc = dlsym(h, "cuMemAlloc_v2");
+	cu.htod = dlsym(h, "cuMemcpyHtoD_v2");
+	cu.dtoh = dlsym(h, "cuMemcpyDtoH_v2");
+	CHECK(init && device_get && retain && set && alloc && cu.htod && cu.dtoh, "CUDA entry points");
+	CHECK(!init(0) && !device_get(&dev, 0) && !retain(&ctx, dev) && !set(ctx) && !alloc(&p, n), "CUDA setup");
+	return (uint8_t *)(uintptr_t)p;
+}
 
 static void pair(struct sq *s)
 {
@@ -111,7 +160,10 @@ static uint64_t get(uint32_t off, uint32_t len)
 {
 	uint64_t v = 0;
 
-	memcpy(&v, mem + off, len);
+	if (gpu)
+		CHECK(!cu.dtoh(&v, (uintptr_t)mem + off, len), "cuMemcpyDtoH");
+	else
+		memcpy(&v, mem + off, len);
 	return v;
 }
 
@@ -124,9 +176,9 @@ static void good(void)
 	uint32_t t4 = 0x7ffffffe;
 
 	pair(&s);
-	memcpy(mem + 64, &t8, 8);
-	memcpy(mem + 72, &t4, 4);
-	memset(mem, 0xee, 64);
+	mput(64, &t8, 8);
+	mput(72, &t4, 4);
+	mfill(0, 0xee, 64);
 
 	/* 4-byte masked fetch-add, fields of 16 bits: 0x7ffffffe + 0x00010003 */
 	put_be32(ops, 0x00010003);
@@ -196,9 +248,14 @@ static void caps(void)
 	       (cap[18] << 8) | cap[19], (cap[22] << 8) | cap[23], (cap[26] << 8) | cap[27]);
 }
 
-int main(void)
+int main(int argc, char **argv)
 {
-	struct ibv_device **list = ibv_get_device_list(NULL);
+	struct ibv_device **list;
+
+	gpu = argc > 1 && !strcmp(argv[1], "-g");
+	if (gpu)
+		mem = cuda_alloc(4096);		/* the driver is loaded before any registration */
+	list = ibv_get_device_list(NULL);
 
 	setvbuf(stdout, NULL, _IOLBF, 0);
 	CHECK(list && list[0], "no device");
@@ -206,9 +263,10 @@ int main(void)
 	CHECK(ctx, "open_device");
 	pd = ibv_alloc_pd(ctx);
 	CHECK(pd, "alloc_pd");
-	mem = aligned_alloc(4096, 4096);
+	if (!gpu)
+		mem = aligned_alloc(4096, 4096);
 	CHECK(mem, "alloc");
-	memset(mem, 0, 4096);
+	mfill(0, 0, 4096);
 	mr = ibv_reg_mr(pd, mem, 4096, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ |
 					      IBV_ACCESS_REMOTE_ATOMIC);
 	CHECK(mr, "reg_mr");
