@@ -90,7 +90,8 @@ static void usage(FILE *f)
             "                        pingpong: round trips between two submitting threads;\n"
             "                        rate: 8-byte writes as fast as the queues allow\n"
             "  -n, --iters N         operations per kind / iterations (default 1000)\n"
-            "      --ops LIST        ops mode: kinds in order, of write,read,fadd,writev (default write,read,fadd)\n"
+            "      --ops LIST        ops mode: kinds in order, of write,read,fadd,writev and the masked\n"
+            "                        atomics mcas,mfadd (8 bytes), mcas4,mfadd4 (4 bytes) (default write,read,fadd)\n"
             "  -q, --qps Q           submitting QPs (each connected to a peer QP; default 1)\n"
             "  -b, --batch B         WQEs announced per doorbell (default 1)\n"
             "  -s, --slots S         send queue size in 64-byte blocks, a power of two (default 64)\n"
@@ -138,6 +139,14 @@ static int parse_kinds(const char *s, uint32_t *out)
             k |= GDA_K_FADD;
         else if (!strcmp(t, "writev"))
             k |= GDA_K_WRITEV;
+        else if (!strcmp(t, "mcas"))
+            k |= GDA_K_MCAS;
+        else if (!strcmp(t, "mfadd"))
+            k |= GDA_K_MFADD;
+        else if (!strcmp(t, "mcas4"))
+            k |= GDA_K_MCAS4;
+        else if (!strcmp(t, "mfadd4"))
+            k |= GDA_K_MFADD4;
         else
             return -1;
     }
@@ -177,7 +186,7 @@ static int parse_opts(int argc, char **argv, struct opts *o)
         case 'n': o->n = strtoull(optarg, NULL, 0); break;
         case 'O':
             if (parse_kinds(optarg, &o->kinds)) {
-                fprintf(stderr, "gda_example: --ops takes write,read,fadd,writev\n");
+                fprintf(stderr, "gda_example: --ops takes write,read,fadd,writev,mcas,mfadd,mcas4,mfadd4\n");
                 return -1;
             }
             break;
@@ -187,7 +196,7 @@ static int parse_opts(int argc, char **argv, struct opts *o)
         case 'A': o->area = (uint32_t)strtoul(optarg, NULL, 0); break;
         case 'w': o->warmup = (uint32_t)strtoul(optarg, NULL, 0); break;
         case 'o':
-            if (parse_kinds(optarg, &o->lat_kind) || (o->lat_kind & (o->lat_kind - 1)) || o->lat_kind == GDA_K_WRITEV) {
+            if (parse_kinds(optarg, &o->lat_kind) || (o->lat_kind & (o->lat_kind - 1)) || o->lat_kind > GDA_K_FADD) {
                 fprintf(stderr, "gda_example: --op takes write, read or fadd\n");
                 return -1;
             }
@@ -238,7 +247,7 @@ static int parse_opts(int argc, char **argv, struct opts *o)
         fprintf(stderr, "gda_example: unexpected argument '%s'\n", argv[optind]);
         return -1;
     }
-    uint32_t max_bb = (o->kinds & GDA_K_WRITEV) && o->mode == GDA_MODE_OPS ? 2 : 1;
+    uint32_t max_bb = (o->kinds & (GDA_K_WRITEV | GDA_K_MCAS)) && o->mode == GDA_MODE_OPS ? 2 : 1;
     if (o->slots < 2 || (o->slots & (o->slots - 1)) || o->slots > 32768) {
         fprintf(stderr, "gda_example: --slots must be a power of two from 2 to 32768\n");
         return -1;
@@ -725,6 +734,13 @@ static void teardown(struct ctx *c)
 static uint8_t pat0(uint32_t qp, uint64_t s, uint32_t j) { return (uint8_t)(qp * 31 + s * 7 + j + 1); }
 static uint8_t pat1(uint32_t qp, uint64_t s, uint32_t j) { return (uint8_t)(0x80 ^ (qp * 13 + s * 5 + j)); }
 static uint64_t counter0(uint32_t qp) { return 1000ull * (qp + 1); }
+/* Initial masked-atomic targets of a QP: mcas, mfadd (8 bytes), mcas4, mfadd4 (4 bytes); the
+ * fetch-add ones near the top of their low field, so that carries reach the field boundary. */
+static uint64_t mtarget0(uint32_t qp, int which)
+{
+    static const uint64_t base[4] = {0xa5a5a5a500000000ull, 0x7ffffff0fffffff0ull, 0xa5a50000ull, 0x7ff0fff0ull};
+    return base[which] + qp;
+}
 
 static void fill_buffers(struct ctx *c)
 {
@@ -740,6 +756,11 @@ static void fill_buffers(struct ctx *c)
         uint64_t c0 = counter0(i), zero = 0;
         memcpy(b + GDA_COUNTER(S), &c0, 8);
         memcpy(b + GDA_FLAG(S), &zero, 8);
+        memset(b + GDA_A3(S), 0xff, (size_t)S * 32);    /* the four masked-atomic result areas */
+        uint64_t t8[2] = {mtarget0(i, 0), mtarget0(i, 1)};
+        uint32_t t4[4] = {(uint32_t)mtarget0(i, 2), 0, (uint32_t)mtarget0(i, 3), 0};
+        memcpy(b + GDA_MTARGET(S), t8, 16);
+        memcpy(b + GDA_MTARGET(S) + 16, t4, 16);
     }
 }
 
@@ -774,6 +795,68 @@ static void check_area(struct verify *v, const char *what, uint32_t qp, uint64_t
     }
 }
 
+/* Masked atomics as the PRM defines them, written bit by bit (the NIC's own code is not used
+ * to check it): compare-swap under masks; fetch-add with a carry that stops at field
+ * boundaries.  Returns the new value of `old` (`bytes` wide). */
+static uint64_t ref_amo(int cas, const struct gda_amo *a, uint64_t old, uint32_t bytes)
+{
+    uint32_t bits = bytes * 8;
+    uint64_t width = bits == 64 ? UINT64_MAX : (1ull << bits) - 1, out = 0, carry = 0;
+    if (cas) {
+        for (uint32_t b = 0; b < bits; b++)
+            if (((a->compare_mask >> b) & 1) && (((old ^ a->compare) >> b) & 1))
+                return old;
+        return ((old & ~a->swap_mask) | (a->swap_add & a->swap_mask)) & width;
+    }
+    for (uint32_t b = 0; b < bits; b++) {
+        uint64_t sum = ((old >> b) & 1) + ((a->swap_add >> b) & 1) + carry;
+        out |= (sum & 1) << b;
+        carry = (sum >> 1) && !((a->swap_mask >> b) & 1);
+    }
+    return out;
+}
+
+/* One masked-atomic kind of a pair: every fetched value (the last operation of each result slot)
+ * and the final target word, by replaying the operations in order. */
+static void verify_masked(struct ctx *c, struct verify *v, uint32_t a, uint32_t b, uint32_t kind)
+{
+    uint32_t S = c->o.area, bytes = (kind == GDA_K_MCAS || kind == GDA_K_MFADD) ? 8 : 4;
+    int cas = kind == GDA_K_MCAS || kind == GDA_K_MCAS4;
+    int which = kind == GDA_K_MCAS ? 0 : kind == GDA_K_MFADD ? 1 : kind == GDA_K_MCAS4 ? 2 : 3;
+    const char *name = which == 0 ? "mcas" : which == 1 ? "mfadd" : which == 2 ? "mcas4" : "mfadd4";
+    uint64_t res_off = which == 0 ? GDA_A3(S) : which == 1 ? GDA_A4(S) : which == 2 ? GDA_A5(S) : GDA_A6(S);
+    uint64_t tgt_off = GDA_MTARGET(S) + 8u * (uint32_t)which;
+    const uint8_t *A = c->q[a].buf, *B = c->q[b].buf;
+    uint64_t val = mtarget0(b, which);
+    for (uint64_t i = 0; i < c->o.n; i++) {
+        struct gda_amo op = cas ? gda_mcas_op(i, bytes) : gda_mfadd_op(i, bytes);
+        uint64_t s = i % S, before = val;
+        val = ref_amo(cas, &op, val, bytes);
+        if (i + S < c->o.n)
+            continue; /* a later operation overwrote this result slot */
+        uint8_t want[8];
+        memset(want, 0xff, 8);
+        if (bytes == 8) {
+            memcpy(want, &before, 8);
+        } else { /* 4 bytes come back big-endian; the rest of the slot stays as filled */
+            for (int k = 0; k < 4; k++)
+                want[k] = (uint8_t)(before >> (24 - 8 * k));
+        }
+        v->checked++;
+        if (memcmp(A + res_off + s * 8, want, 8)) {
+            uint64_t got;
+            memcpy(&got, A + res_off + s * 8, 8);
+            vfail(v, "%s result: qp %u op %" PRIu64 " slot %" PRIu64 " holds 0x%016" PRIx64 ", expected 0x%016" PRIx64
+                  " in its first %u bytes", name, a, i, s, got, before, bytes);
+        }
+    }
+    uint64_t got = 0;
+    memcpy(&got, B + tgt_off, bytes);
+    v->checked++;
+    if (got != val)
+        vfail(v, "%s target of qp %u is 0x%" PRIx64 ", expected 0x%" PRIx64, name, b, got, val);
+}
+
 static void verify_ops(struct ctx *c, struct verify *v)
 {
     uint32_t S = c->o.area;
@@ -805,6 +888,9 @@ static void verify_ops(struct ctx *c, struct verify *v)
                     vfail(v, "fetch-add result: qp %u slot %" PRIu64 " is %" PRIu64 ", expected %" PRIu64, a, s, got, want);
             }
         }
+        for (uint32_t kind = GDA_K_MCAS; kind <= GDA_K_MFADD4; kind <<= 1)
+            if (c->o.kinds & kind)
+                verify_masked(c, v, a, b, kind);
         if (c->o.kinds & GDA_K_FADD) {
             uint64_t got, want = counter0(b) + n * (n + 1) / 2;
             memcpy(&got, B + GDA_COUNTER(S), 8);
@@ -982,8 +1068,8 @@ int main(int argc, char **argv)
         js = stdout;
     }
     fprintf(js, "{\"backend\":\"%s\",\"mode\":\"%s\",\"n\":%" PRIu64 ",\"kinds\":[", gda_backend, mode_name(c.o.mode), c.o.n);
-    const char *kn[] = {"write", "read", "fadd", "writev"};
-    for (int k = 0, first = 1; k < 4; k++)
+    const char *kn[] = {"write", "read", "fadd", "writev", "mcas", "mfadd", "mcas4", "mfadd4"};
+    for (int k = 0, first = 1; k < 8; k++)
         if (c.o.kinds & (1u << k)) {
             fprintf(js, "%s\"%s\"", first ? "" : ",", kn[k]);
             first = 0;

@@ -12,7 +12,11 @@
 #include "gda_wqe.h"
 
 enum gda_mode { GDA_MODE_OPS = 0, GDA_MODE_LATENCY = 1, GDA_MODE_PINGPONG = 2, GDA_MODE_RATE = 3 };
-enum gda_kind { GDA_K_WRITE = 1, GDA_K_READ = 2, GDA_K_FADD = 4, GDA_K_WRITEV = 8 };
+enum gda_kind {
+    GDA_K_WRITE = 1, GDA_K_READ = 2, GDA_K_FADD = 4, GDA_K_WRITEV = 8,
+    GDA_K_MCAS = 16, GDA_K_MFADD = 32, GDA_K_MCAS4 = 64, GDA_K_MFADD4 = 128, /* masked atomics */
+    GDA_K_LAST = GDA_K_MFADD4,
+};
 enum gda_status { GDA_OK = 0, GDA_ERR_CQE = 1, GDA_ERR_TIMEOUT = 2, GDA_ERR_CONFIG = 3 };
 
 /* Offsets inside each QP's buffer, for S slots per area. */
@@ -21,11 +25,52 @@ enum gda_status { GDA_OK = 0, GDA_ERR_CQE = 1, GDA_ERR_TIMEOUT = 2, GDA_ERR_CONF
 #define GDA_A2(S) ((uint64_t)(S) * 128)      /* S x 8: fetch-add results (local) */
 #define GDA_COUNTER(S) ((uint64_t)(S) * 136) /* 8: the fetch-add target (remote) */
 #define GDA_FLAG(S) ((uint64_t)(S) * 136 + 64) /* 8: ping-pong flag written by the peer */
-#define GDA_BUF_BYTES(S) ((uint64_t)(S) * 136 + 128)
+/* masked atomics: results (local; a 4-byte one fills the first 4 bytes of its slot, big-endian,
+ * as the NIC returns it) and the four target words (remote) */
+#define GDA_A3(S) ((uint64_t)(S) * 136 + 128)   /* S x 8: mcas results */
+#define GDA_A4(S) ((uint64_t)(S) * 144 + 128)   /* S x 8: mfadd results */
+#define GDA_A5(S) ((uint64_t)(S) * 152 + 128)   /* S x 8: mcas4 results */
+#define GDA_A6(S) ((uint64_t)(S) * 160 + 128)   /* S x 8: mfadd4 results */
+#define GDA_MTARGET(S) ((uint64_t)(S) * 168 + 128) /* 32: mcas +0, mfadd +8, mcas4 +16, mfadd4 +24 */
+#define GDA_BUF_BYTES(S) ((uint64_t)(S) * 168 + 160)
 
 /* Bytes moved by operation i of a kind (WRITEV always gathers 3 x 16). */
 GDA_FN uint32_t gda_rw_len(uint64_t i) { return 8u << (i & 3); }
 GDA_FN uint64_t gda_fadd_arg(uint64_t i) { return i + 1; }
+
+/* Operands of masked atomic i (host values; the WQE carries them big-endian).  Compare-swap:
+ * swap_mask covers the low half and one byte of the high half; i % 4 == 2 compares the low
+ * half with the value operation i - 1 left there (a match), i % 4 == 3 with one it can never
+ * hold (no match: nothing is written), the others compare nothing (a masked write).  Fetch-add:
+ * two fields of half the width, one plain add (i % 4 == 1) or every bit its own field
+ * (i % 4 == 3: an exclusive or). */
+struct gda_amo {
+    uint64_t swap_add, compare, swap_mask, compare_mask; /* fetch-add: swap_mask is the field boundary */
+};
+
+GDA_FN struct gda_amo gda_mcas_op(uint64_t i, uint32_t bytes)
+{
+    struct gda_amo a;
+    int wide = bytes == 8;
+    uint64_t half = wide ? 0xffffffffull : 0xffffull;
+    a.swap_add = ((i + 1) & half) | ((i * 37 + 5) & 0xff) << (wide ? 48 : 24);
+    a.swap_mask = wide ? 0x00ff0000ffffffffull : 0xff00ffffull;
+    a.compare = (i % 4 == 2) ? (i & half) : (i % 4 == 3) ? (wide ? 0xdeadbeecull : 0xbeecull) : 0;
+    a.compare_mask = (i % 4 >= 2) ? half : 0;
+    return a;
+}
+
+GDA_FN struct gda_amo gda_mfadd_op(uint64_t i, uint32_t bytes)
+{
+    struct gda_amo a;
+    int wide = bytes == 8;
+    uint32_t hw = wide ? 32 : 16;
+    uint64_t half = wide ? 0xffffffffull : 0xffffull;
+    a.swap_add = ((i + 1) & half) | ((i * 3 + 1) & half) << hw;
+    a.swap_mask = (i % 4 == 3) ? (half | half << hw) : (i % 4 == 1) ? 0 : (1ull << (hw - 1) | 1ull << (2 * hw - 1));
+    a.compare = a.compare_mask = 0;
+    return a;
+}
 
 struct gda_cfg {
     uint32_t mode;
@@ -162,6 +207,24 @@ GDA_FN void gda_post_kind(struct gda_qp_view *q, const struct gda_cfg *c, uint32
         gda_post_fadd(&q->sq, q->lbuf_nic + GDA_A2(S) + s * 8, q->lkey, q->rbuf_nic + GDA_COUNTER(S),
                       q->rkey, gda_fadd_arg(i), signaled);
         break;
+    case GDA_K_MCAS:
+    case GDA_K_MCAS4: {
+        uint32_t bytes = kind == GDA_K_MCAS ? 8 : 4;
+        struct gda_amo a = gda_mcas_op(i, bytes);
+        gda_post_mcas(&q->sq, bytes, q->lbuf_nic + (bytes == 8 ? GDA_A3(S) : GDA_A5(S)) + s * 8, q->lkey,
+                      q->rbuf_nic + GDA_MTARGET(S) + (bytes == 8 ? 0 : 16), q->rkey, a.swap_add, a.compare,
+                      a.swap_mask, a.compare_mask, signaled);
+        break;
+    }
+    case GDA_K_MFADD:
+    case GDA_K_MFADD4: {
+        uint32_t bytes = kind == GDA_K_MFADD ? 8 : 4;
+        struct gda_amo a = gda_mfadd_op(i, bytes);
+        gda_post_mfadd(&q->sq, bytes, q->lbuf_nic + (bytes == 8 ? GDA_A4(S) : GDA_A6(S)) + s * 8, q->lkey,
+                       q->rbuf_nic + GDA_MTARGET(S) + (bytes == 8 ? 8 : 24), q->rkey, a.swap_add, a.swap_mask,
+                       signaled);
+        break;
+    }
     default: /* GDA_K_WRITEV */
         gda_post_writev(&q->sq, q->lbuf_nic + GDA_A0(S) + s * 64, q->lkey, 16,
                         q->rbuf_nic + GDA_A0(S) + s * 64, q->rkey, 16, 3, signaled);
@@ -174,14 +237,14 @@ GDA_FN void gda_post_kind(struct gda_qp_view *q, const struct gda_cfg *c, uint32
 GDA_NOINLINE void gda_prog_ops(struct gda_qp_view *q, const struct gda_cfg *c)
 {
     uint32_t nk = 0;
-    for (uint32_t b = 1; b <= GDA_K_WRITEV; b <<= 1)
+    for (uint32_t b = 1; b <= GDA_K_LAST; b <<= 1)
         nk += (c->kinds & b) ? 1 : 0;
     uint64_t total = c->n * nk, k = 0;
     uint32_t in_batch = 0;
     struct gda_cqe e;
     q->t_start = gda_time_ns();
     for (uint64_t i = 0; i < c->n; i++) {
-        for (uint32_t kind = 1; kind <= GDA_K_WRITEV; kind <<= 1) {
+        for (uint32_t kind = 1; kind <= GDA_K_LAST; kind <<= 1) {
             if (!(c->kinds & kind))
                 continue;
             k++;

@@ -15,6 +15,10 @@ enum {
     GDA_OP_RDMA_WRITE = 0x08,
     GDA_OP_RDMA_READ = 0x10,
     GDA_OP_ATOMIC_FA = 0x12,
+    GDA_OP_ATOMIC_MASKED_CS = 0x14,
+    GDA_OP_ATOMIC_MASKED_FA = 0x15,
+    GDA_EXT_AMO_OPMOD_4B = 0x08, /* opmod of the masked opcodes: 0x08 | (log2(bytes) - 2) */
+    GDA_EXT_AMO_OPMOD_8B = 0x09,
     GDA_CTRL_CQ_UPDATE = 0x08, /* fm_ce_se: signaled */
     GDA_INLINE_SEG = 0x80000000u,
     GDA_CQE_INVALID = 0xf,
@@ -68,14 +72,20 @@ GDA_FN uint32_t gda_hi(uint64_t x) { return gda_bswap32((uint32_t)(x >> 32)); }
 GDA_FN uint32_t gda_lo(uint64_t x) { return gda_bswap32((uint32_t)x); }
 
 /* Control segment, written last.  Returns nothing; remembers its first 8 bytes for the doorbell. */
-GDA_FN void gda_ctrl(struct gda_sq *sq, uint32_t idx, uint8_t opcode, uint8_t ds, uint8_t fm_ce_se)
+GDA_FN void gda_ctrl_opmod(struct gda_sq *sq, uint32_t idx, uint8_t opcode, uint8_t opmod, uint8_t ds,
+                           uint8_t fm_ce_se)
 {
-    uint32_t w0 = gda_bswap32(((idx & 0xffff) << 8) | opcode);
+    uint32_t w0 = gda_bswap32((uint32_t)opmod << 24 | ((idx & 0xffff) << 8) | opcode);
     uint32_t w1 = gda_bswap32((sq->qpn << 8) | ds);
     /* signature 0, dci_stream_channel_id 0, fm_ce_se at byte 11; imm 0 */
     gda_st128(gda_seg(sq, idx, 0), w0, w1, (uint32_t)fm_ce_se << 24, 0);
     sq->last_w0 = w0;
     sq->last_w1 = w1;
+}
+
+GDA_FN void gda_ctrl(struct gda_sq *sq, uint32_t idx, uint8_t opcode, uint8_t ds, uint8_t fm_ce_se)
+{
+    gda_ctrl_opmod(sq, idx, opcode, 0, ds, fm_ce_se);
 }
 
 GDA_FN void gda_raddr(struct gda_sq *sq, uint32_t idx, uint32_t off, uint64_t raddr, uint32_t rkey)
@@ -138,6 +148,49 @@ GDA_FN uint32_t gda_post_fadd(struct gda_sq *sq, uint64_t laddr, uint32_t lkey, 
     gda_st128(gda_seg(sq, idx, 32), gda_hi(add), gda_lo(add), 0, 0);
     gda_data(sq, idx, 48, laddr, lkey, 8);
     gda_ctrl(sq, idx, GDA_OP_ATOMIC_FA, 4, signaled ? GDA_CTRL_CQ_UPDATE : 0);
+    sq->pi = idx + 1;
+    return idx;
+}
+
+/* Masked compare-swap (extended atomic; operands big-endian, the original value lands at laddr:
+ * 8 bytes in host order, 4 bytes big-endian).  8 bytes: ctrl + raddr + {swap, compare} +
+ * {swap_mask, compare_mask} + data, ds 5, two blocks (may wrap); 4 bytes: ctrl + raddr +
+ * {swap, compare, swap_mask, compare_mask} + data, ds 4, one block. */
+GDA_FN uint32_t gda_post_mcas(struct gda_sq *sq, uint32_t bytes, uint64_t laddr, uint32_t lkey, uint64_t raddr,
+                              uint32_t rkey, uint64_t swap, uint64_t compare, uint64_t swap_mask,
+                              uint64_t compare_mask, int signaled)
+{
+    uint32_t idx = sq->pi, ds = bytes == 4 ? 4 : 5;
+    gda_raddr(sq, idx, 16, raddr, rkey);
+    if (bytes == 4) {
+        gda_st128(gda_seg(sq, idx, 32), gda_bswap32((uint32_t)swap), gda_bswap32((uint32_t)compare),
+                  gda_bswap32((uint32_t)swap_mask), gda_bswap32((uint32_t)compare_mask));
+    } else {
+        gda_st128(gda_seg(sq, idx, 32), gda_hi(swap), gda_lo(swap), gda_hi(compare), gda_lo(compare));
+        gda_st128(gda_seg(sq, idx, 48), gda_hi(swap_mask), gda_lo(swap_mask), gda_hi(compare_mask),
+                  gda_lo(compare_mask));
+    }
+    gda_data(sq, idx, 16 * (ds - 1), laddr, lkey, bytes);
+    gda_ctrl_opmod(sq, idx, GDA_OP_ATOMIC_MASKED_CS, bytes == 4 ? GDA_EXT_AMO_OPMOD_4B : GDA_EXT_AMO_OPMOD_8B,
+                   (uint8_t)ds, signaled ? GDA_CTRL_CQ_UPDATE : 0);
+    sq->pi = idx + (ds * 16 + 63) / 64;
+    return idx;
+}
+
+/* Masked fetch-add: ctrl + raddr + {add, field_boundary} + data, ds 4, one block (4 bytes: two
+ * be32 and 8 reserved bytes).  A bit set in the boundary ends a field: no carry out of it. */
+GDA_FN uint32_t gda_post_mfadd(struct gda_sq *sq, uint32_t bytes, uint64_t laddr, uint32_t lkey, uint64_t raddr,
+                               uint32_t rkey, uint64_t add, uint64_t boundary, int signaled)
+{
+    uint32_t idx = sq->pi;
+    gda_raddr(sq, idx, 16, raddr, rkey);
+    if (bytes == 4)
+        gda_st128(gda_seg(sq, idx, 32), gda_bswap32((uint32_t)add), gda_bswap32((uint32_t)boundary), 0, 0);
+    else
+        gda_st128(gda_seg(sq, idx, 32), gda_hi(add), gda_lo(add), gda_hi(boundary), gda_lo(boundary));
+    gda_data(sq, idx, 48, laddr, lkey, bytes);
+    gda_ctrl_opmod(sq, idx, GDA_OP_ATOMIC_MASKED_FA, bytes == 4 ? GDA_EXT_AMO_OPMOD_4B : GDA_EXT_AMO_OPMOD_8B, 4,
+                   signaled ? GDA_CTRL_CQ_UPDATE : 0);
     sq->pi = idx + 1;
     return idx;
 }

@@ -31,19 +31,65 @@ static int has_remote_address(uint8_t op)
     }
 }
 
-/* Bytes of atomic operands after the remote-address segment (8-byte operands). */
-static uint32_t atomic_bytes(uint8_t op)
+/* Operand bytes of an atomic WQE: 8 for ATOMIC_CS / _FA; for the masked opcodes the opmod
+ * says, 0x08 | (log2(bytes) - 2), and 8 without that form.  0: not an atomic. */
+static uint32_t atomic_size(uint8_t op, uint8_t opmod)
 {
     switch (op) {
     case MLX5_OP_ATOMIC_CS:
     case MLX5_OP_ATOMIC_FA:
-    case MLX5_OP_ATOMIC_MASKED_FA: /* add + field boundary */
-        return 16;
-    case MLX5_OP_ATOMIC_MASKED_CS: /* swap, compare and their masks */
-        return 32;
+        return 8;
+    case MLX5_OP_ATOMIC_MASKED_CS:
+    case MLX5_OP_ATOMIC_MASKED_FA:
+        return (opmod & 0x08) ? 4u << (opmod & 0x07) : 8;
     default:
         return 0;
     }
+}
+
+/* Bytes of atomic operands after the remote-address segment. */
+static uint32_t atomic_bytes(uint8_t op, uint32_t size)
+{
+    switch (op) {
+    case MLX5_OP_ATOMIC_CS:
+    case MLX5_OP_ATOMIC_FA:
+    case MLX5_OP_ATOMIC_MASKED_FA: /* add + field boundary (4 bytes: padded to 16) */
+        return 16;
+    case MLX5_OP_ATOMIC_MASKED_CS: /* swap, compare and their masks */
+        return size == 4 ? 16 : 32;
+    default:
+        return 0;
+    }
+}
+
+/* Reads the operands at `a` (16-byte segments, the second one at `a2`) of an atomic of `size`
+ * bytes: big-endian fields of the operand's width, host values zero-extended. */
+static void read_atomic(struct wqe_info *w, const uint8_t *a, const uint8_t *a2, uint32_t size)
+{
+    int masked = w->opcode == MLX5_OP_ATOMIC_MASKED_CS || w->opcode == MLX5_OP_ATOMIC_MASKED_FA;
+    w->amo_size = (uint8_t)(size > 255 ? 0 : size);
+    if (size == 4) {
+        w->swap_add = wqe_be32(a);
+        if (w->opcode == MLX5_OP_ATOMIC_MASKED_CS) {
+            w->compare = wqe_be32(a + 4);
+            w->swap_mask = wqe_be32(a + 8);
+            w->compare_mask = wqe_be32(a + 12);
+        } else {
+            w->swap_mask = wqe_be32(a + 4); /* field boundary */
+        }
+    } else {
+        w->swap_add = wqe_be64(a);
+        if (w->opcode == MLX5_OP_ATOMIC_MASKED_FA) {
+            w->swap_mask = wqe_be64(a + 8); /* field boundary */
+        } else {
+            w->compare = wqe_be64(a + 8);
+            if (masked) {
+                w->swap_mask = wqe_be64(a2);
+                w->compare_mask = wqe_be64(a2 + 8);
+            }
+        }
+    }
+    w->has_masks = (uint8_t)masked;
 }
 
 /* Opcodes whose remaining segments are a scatter/gather list. */
@@ -95,12 +141,13 @@ int wqe_parse(const uint8_t *ring, uint32_t slots, uint64_t idx, uint64_t limit,
         w->rkey = wqe_be32(r + 8);
         off += 16;
     }
-    uint32_t ab = atomic_bytes(w->opcode);
+    uint32_t size = atomic_size(w->opcode, w->opmod), ab = atomic_bytes(w->opcode, size);
     if (ab && off + ab <= end) {
-        const uint8_t *a = seg_at(ring, slots, idx, off);
         w->has_atomic = 1;
-        w->swap_add = wqe_be64(a);
-        w->compare = wqe_be64(a + 8);
+        if (size == 4 || size == 8)
+            read_atomic(w, seg_at(ring, slots, idx, off), seg_at(ring, slots, idx, off + 16), size);
+        else
+            w->amo_size = (uint8_t)(size > 255 ? 0 : size); /* larger operands: not decoded */
         off += ab;
     }
     if (!has_data_segments(w->opcode))

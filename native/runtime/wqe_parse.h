@@ -27,6 +27,9 @@ enum {
     MLX5_OP_ATOMIC_MASKED_FA = 0x15,
 };
 
+/* opmod of the masked atomic opcodes: 0x08 | (log2(operand bytes) - 2) */
+enum { MLX5_EXT_AMO_OPMOD_4B = 0x08, MLX5_EXT_AMO_OPMOD_8B = 0x09 };
+
 /* control segment fm_ce_se bits */
 enum {
     MLX5_CTRL_SOLICITED = 0x02,
@@ -106,6 +109,9 @@ struct wqe_info {
     uint32_t rkey;
     uint32_t bytes;    /* payload: sum of data and inline segment lengths */
     uint64_t compare, swap_add;
+    uint8_t amo_size;  /* atomics: operand bytes (8; masked: from opmod, 4 or 8) */
+    uint8_t has_masks; /* masked atomics: the masks below were read */
+    uint64_t swap_mask, compare_mask; /* masked CS; masked FA: swap_mask is the field boundary */
     uint32_t av_qpn;   /* DC target / UD remote qpn */
     uint64_t dc_key;
     uint32_t nseg;

@@ -120,10 +120,18 @@ static void emit_wqe(struct wqe_rec *r, const struct wqe_info *w, uint64_t ts)
         at.type = ST_REC_WQE_ATOMIC;
         at.flags = ST_F_CONT;
         at.qpn = r->qpn;
+        at.op = w->opcode;
+        at.len = w->amo_size;
         at.addr = w->compare;
         at.extra = w->swap_add;
         at.aux32 = (uint32_t)w->idx;
         db_emit(&at);
+        if (w->has_masks) { /* a second one: the masks (FA: the field boundary in extra) */
+            at.aux = 1;
+            at.addr = w->compare_mask;
+            at.extra = w->swap_mask;
+            db_emit(&at);
+        }
     }
     for (uint32_t i = 0; i < w->nseg; i++) {
         struct st_record s = {0};

@@ -129,7 +129,9 @@ void sn_cqe_req(struct sn_engine *eng, struct sn_eqp *q, const struct sn_swqe *w
         break;
     case MLX5_OPCODE_ATOMIC_CS:
     case MLX5_OPCODE_ATOMIC_FA:
-        c.byte_cnt = htobe32(8);
+    case MLX5_OPCODE_ATOMIC_MASKED_CS:
+    case MLX5_OPCODE_ATOMIC_MASKED_FA:
+        c.byte_cnt = htobe32(w->amo_size);      /* the operand's bytes */
         break;
     default:
         c.byte_cnt = htobe32(w->len);

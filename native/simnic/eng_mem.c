@@ -176,33 +176,3 @@ int sn_mem_copy(void *dst, const struct sn_mem *dm, const void *src, const struc
     }
     return dm->gpu ? sn_mem_write(dst, src, len, dm) : sn_mem_read(dst, src, len, sm);
 }
-
-int sn_mem_atomic(void *addr, const struct sn_mem *m, int fetch_add, uint64_t a, uint64_t b,
-                  uint64_t *orig)
-{
-    uint64_t v;
-
-    if (!m->gpu) {
-        _Atomic uint64_t *p = (_Atomic uint64_t *)addr;
-
-        if (fetch_add) {
-            *orig = atomic_fetch_add(p, a);
-        } else {
-            v = b;  /* compare */
-            atomic_compare_exchange_strong(p, &v, a);
-            *orig = v;
-        }
-        return 0;
-    }
-    /* CUDA memory: only the NIC performs atomics on it, one at a time */
-    if (sn_mem_read(&v, addr, 8, m))
-        return -1;
-    *orig = v;
-    if (fetch_add)
-        v += a;
-    else if (v == b)
-        v = a;
-    else
-        return 0;
-    return sn_mem_write(addr, &v, 8, m);
-}

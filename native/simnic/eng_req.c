@@ -182,23 +182,34 @@ static struct sn_swqe *parse_wqe(struct sn_engine *eng, struct sn_eqp *q)
         break;
     }
     case MLX5_OPCODE_ATOMIC_CS:
-    case MLX5_OPCODE_ATOMIC_FA: {
+    case MLX5_OPCODE_ATOMIC_FA:
+    case MLX5_OPCODE_ATOMIC_MASKED_CS:
+    case MLX5_OPCODE_ATOMIC_MASKED_FA: {
         struct mlx5_wqe_raddr_seg *r = (void *)seg;
-        struct mlx5_wqe_atomic_seg *a = (void *)(seg + 16);
+        struct sn_amo a;
+        uint32_t units;
 
-        if (q->type == SN_QPT_UC) {
+        if (q->type == SN_QPT_UC || ds < 2) {
             w->err = MLX5_CQE_SYNDROME_LOCAL_QP_OP_ERR;
             goto out;
         }
         w->raddr = be64toh(r->raddr);
         w->rkey = be32toh(r->rkey);
-        w->swap_add = be64toh(a->swap_add);
-        w->compare = be64toh(a->compare);
+        /* the operands follow the remote address, whatever came before it */
+        w->err = sn_amo_parse(w->opcode, (uint8_t)(w0 >> 24), seg + 16,
+                              (uint32_t)(raw + ds * 16 - (seg + 16)), &a, &units);
+        if (w->err)
+            goto out;
+        w->swap_add = a.swap_add;
+        w->compare = a.compare;
+        w->swap_mask = a.swap_mask;
+        w->compare_mask = a.compare_mask;
+        w->amo_size = a.size;
         write_local = 1;
-        fixed = 3;
+        fixed = (uint32_t)(seg + 16 - raw) / 16 + units;
         break;
     }
-    default:        /* UMR, masked atomics, TSO, ...: not emulated */
+    default:        /* UMR, TSO, ...: not emulated */
         w->err = MLX5_CQE_SYNDROME_LOCAL_QP_OP_ERR;
         goto out;
     }
@@ -245,8 +256,9 @@ static struct sn_swqe *parse_wqe(struct sn_engine *eng, struct sn_eqp *q)
         w->len += w->sge[w->nsge].len;
         w->nsge++;
     }
-    if (w->opcode == MLX5_OPCODE_ATOMIC_CS || w->opcode == MLX5_OPCODE_ATOMIC_FA) {
-        if (w->nsge != 1 || w->sge[0].len != 8) {
+    if (sn_is_atomic(w->opcode)) {
+        /* one local buffer of the operand's size for the original value */
+        if (w->nsge != 1 || w->sge[0].len != w->amo_size) {
             w->err = MLX5_CQE_SYNDROME_LOCAL_LENGTH_ERR;
             goto out;
         }
@@ -254,8 +266,7 @@ static struct sn_swqe *parse_wqe(struct sn_engine *eng, struct sn_eqp *q)
     if (w->len > SN_MAX_MSG)
         w->err = MLX5_CQE_SYNDROME_LOCAL_LENGTH_ERR;
 out:
-    if (w->opcode == MLX5_OPCODE_ATOMIC_CS || w->opcode == MLX5_OPCODE_ATOMIC_FA ||
-        w->opcode == MLX5_OPCODE_NOP || w->err)
+    if (sn_is_atomic(w->opcode) || w->opcode == MLX5_OPCODE_NOP || w->err)
         w->npsn = 1;
     else
         w->npsn = w->len ? (w->len + mtu_bytes(q->mtu) - 1) / mtu_bytes(q->mtu) : 1;
@@ -376,8 +387,7 @@ static void ack_upto(struct sn_engine *eng, struct sn_eqp *q, uint32_t psn)
 
         if (w->npsn && psn_diff(psn, (w->psn + w->npsn - 1) & PSN_MASK) < 0)
             break;
-        if (w->opcode == MLX5_OPCODE_RDMA_READ || w->opcode == MLX5_OPCODE_ATOMIC_CS ||
-            w->opcode == MLX5_OPCODE_ATOMIC_FA)
+        if (w->opcode == MLX5_OPCODE_RDMA_READ || sn_is_atomic(w->opcode))
             if (!w->acked)
                 break;  /* its response has not arrived */
         complete_oldest(eng, q, 0);
@@ -456,13 +466,15 @@ int sn_req_handle_resp(struct sn_engine *eng, struct sn_peer *p, const struct sn
         }
         q->progress_ns = eng->now_ns;
         break;
-    case SN_MSG_ATOMIC_RESP:
+    case SN_MSG_ATOMIC_RESP: {
+        uint8_t res[8];
+
         w = find_by_psn(q, m->psn);
-        if (!w || w->acked ||
-            (w->opcode != MLX5_OPCODE_ATOMIC_CS && w->opcode != MLX5_OPCODE_ATOMIC_FA))
+        if (!w || w->acked || !sn_is_atomic(w->opcode))
             break;
         w->orig = m->arg0;
-        if (scatter(eng, q, w, 0, (const uint8_t *)&w->orig, 8)) {
+        sn_amo_result(w->amo_size, w->orig, res);
+        if (scatter(eng, q, w, 0, res, w->amo_size)) {
             ack_upto(eng, q, (m->psn - 1) & PSN_MASK);
             if (sn_swqe_at(q, q->sq_acked) == w)
                 fail_oldest(eng, q, MLX5_CQE_SYNDROME_LOCAL_PROT_ERR);
@@ -471,6 +483,7 @@ int sn_req_handle_resp(struct sn_engine *eng, struct sn_peer *p, const struct sn
         w->acked = 1;
         ack_upto(eng, q, m->psn);
         break;
+    }
     case SN_MSG_NAK:
         /* everything before the refused PSN was executed */
         ack_upto(eng, q, (m->psn - 1) & PSN_MASK);
@@ -581,14 +594,27 @@ static int tx_wqe(struct sn_engine *eng, struct sn_eqp *q, struct sn_swqe *w)
         return 1;
     case MLX5_OPCODE_ATOMIC_CS:
     case MLX5_OPCODE_ATOMIC_FA:
-        m = sn_ring_reserve(&p->req, 0);
+    case MLX5_OPCODE_ATOMIC_MASKED_CS:
+    case MLX5_OPCODE_ATOMIC_MASKED_FA: {
+        /* masked: the masks travel as 16 bytes of payload (sn_wire.h) */
+        int masked = w->opcode >= MLX5_OPCODE_ATOMIC_MASKED_CS;
+
+        m = sn_ring_reserve(&p->req, masked ? 16 : 0);
         if (!m)
             return 0;
         fill_hdr(eng, q, w, m, SN_MSG_ATOMIC);
         m->flags = SN_FIRST | SN_LAST;
+        m->total = w->amo_size;
+        if (masked) {
+            uint64_t masks[2] = {w->swap_mask, w->compare_mask};
+
+            m->len = 16;
+            memcpy(m + 1, masks, 16);
+        }
         p->req_dirty = 1;
         eng->n_msgs_tx++;
         return 1;
+    }
     }
     return 1;
 }

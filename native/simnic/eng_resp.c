@@ -467,19 +467,35 @@ static int on_read(struct sn_engine *eng, struct sn_eqp *q, const struct sn_msg 
 
 static int on_atomic(struct sn_engine *eng, struct sn_eqp *q, const struct sn_msg *m)
 {
-    struct sn_mr *mr = check_remote(eng, q, m->rkey, m->raddr, 8, IBV_ACCESS_REMOTE_ATOMIC);
+    struct sn_amo a = {.opcode = m->opcode, .size = 8, .swap_add = m->arg0, .compare = m->arg1,
+                       .swap_mask = UINT64_MAX, .compare_mask = UINT64_MAX};
+    struct sn_mr *mr;
     struct sn_msg *r;
     uint64_t orig;
 
+    if (m->opcode == MLX5_OPCODE_ATOMIC_FA)
+        a.swap_mask = 0;
+    if (m->opcode == MLX5_OPCODE_ATOMIC_MASKED_CS || m->opcode == MLX5_OPCODE_ATOMIC_MASKED_FA) {
+        uint64_t masks[2];
+
+        if (m->len < 16 || (m->total != 4 && m->total != 8))
+            return responder_error(eng, q, m, SN_NAK_INV_REQ, 0, IBV_EVENT_QP_REQ_ERR);
+        memcpy(masks, m + 1, 16);
+        a.size = (uint8_t)m->total;
+        a.swap_mask = masks[0];
+        a.compare_mask = masks[1];
+    } else if (m->opcode != MLX5_OPCODE_ATOMIC_CS && m->opcode != MLX5_OPCODE_ATOMIC_FA) {
+        return responder_error(eng, q, m, SN_NAK_INV_REQ, 0, IBV_EVENT_QP_REQ_ERR);
+    }
+    mr = check_remote(eng, q, m->rkey, m->raddr, a.size, IBV_ACCESS_REMOTE_ATOMIC);
     if (!mr)
         return responder_error(eng, q, m, SN_NAK_ACCESS, 0, IBV_EVENT_QP_ACCESS_ERR);
-    if (m->raddr & 7)
+    if (m->raddr & (a.size - 1u))
         return responder_error(eng, q, m, SN_NAK_INV_REQ, 0, IBV_EVENT_QP_REQ_ERR);
     r = resp_msg(eng, q, SN_MSG_ATOMIC_RESP, m->psn, 0);
     if (!r)
         return 0;
-    if (sn_mem_atomic(mr->addr + (m->raddr - mr->iova), &mr->mem,
-                      m->opcode == MLX5_OPCODE_ATOMIC_FA, m->arg0, m->arg1, &orig))
+    if (sn_amo_execute(mr->addr + (m->raddr - mr->iova), &mr->mem, &a, &orig))
         orig = 0;
     r->arg0 = orig;
     q->atomic_cache[q->atomic_next].psn = m->psn;

@@ -775,6 +775,25 @@ static void general_caps(void *out)
     prm_set(out, PRM_CAP_DCT, 0);                   /* no DC transport */
 }
 
+/* The atomic capabilities: what the engine performs (eng_atomic.c), no more.  Compare-swap and
+ * fetch-add of 8 bytes, their masked forms of 4 and 8 bytes; the target word in host order and
+ * an 8-byte result returned in host order (endianness mode 1).  NVSHMEM's IBGDA requires all
+ * four operations and both sizes on RC and DC. */
+#define SN_ATOMIC_OPERATIONS 0xf        /* CS 1, FA 2, masked CS 4, masked FA 8 */
+#define SN_ATOMIC_SIZES 0xc             /* 4 and 8 bytes */
+/* DC: atomics execute the same whatever transport carried them, so once the engine routes DC
+ * requests this becomes SN_ATOMIC_SIZES; without a DC transport it claims nothing. */
+#define SN_ATOMIC_SIZE_DC 0x0
+
+static void atomic_caps(void *out)
+{
+    prm_set(out, PRM_ATOMIC_REQ_8B_ENDIANNESS_MODE, 1);
+    prm_set(out, PRM_SUPPORTED_ATOMIC_REQ_8B_ENDIANNESS_MODE_1, 1);
+    prm_set(out, PRM_ATOMIC_OPERATIONS, SN_ATOMIC_OPERATIONS);
+    prm_set(out, PRM_ATOMIC_SIZE_QP, SN_ATOMIC_SIZES);
+    prm_set(out, PRM_ATOMIC_SIZE_DC, SN_ATOMIC_SIZE_DC);
+}
+
 SN_EXPORT int mlx5dv_devx_general_cmd(struct ibv_context *c, const void *in, size_t inlen, void *out,
                                       size_t outlen)
 {
@@ -794,9 +813,7 @@ SN_EXPORT int mlx5dv_devx_general_cmd(struct ibv_context *c, const void *in, siz
         if (type == PRM_CAP_TYPE_GENERAL) {
             general_caps(out);
         } else if (type == PRM_CAP_TYPE_ATOMIC) {
-            prm_set(out, PRM_ATOMIC_REQ_8B_ENDIANNESS_MODE, 1);
-            prm_set(out, PRM_ATOMIC_OPERATIONS, 0x3);       /* compare-swap, fetch-add */
-            prm_set(out, PRM_ATOMIC_SIZE_QP, 0x8);          /* 8 bytes */
+            atomic_caps(out);
         }
         return 0;
     }

@@ -57,11 +57,39 @@ int sn_mem_read(void *dst, const void *src, size_t len, const struct sn_mem *m);
 int sn_mem_write(void *dst, const void *src, size_t len, const struct sn_mem *m);
 int sn_mem_copy(void *dst, const struct sn_mem *dm, const void *src, const struct sn_mem *sm,
                 size_t len);
-/* 8-byte atomics on a data buffer (CUDA memory: read-modify-write by copies) */
-int sn_mem_atomic(void *addr, const struct sn_mem *m, int fetch_add, uint64_t a, uint64_t b,
-                  uint64_t *orig);
 /* Classifies ADDR through the CUDA driver when one is loaded in the process. */
 void sn_mem_classify(const void *addr, struct sn_mem *m);
+
+/* ---- atomics (eng_atomic.c): the same for every transport ---------------------------------- */
+
+#define SN_AMO_OPMOD_4B 0x08            /* extended atomics: opmod 0x08 | (log2(size) - 2) */
+#define SN_AMO_OPMOD_8B 0x09
+
+struct sn_amo {
+    uint8_t opcode;                 /* MLX5_OPCODE_ATOMIC_CS / _FA / _MASKED_CS / _MASKED_FA */
+    uint8_t size;                   /* operand bytes: 8, or 4 (masked opcodes only) */
+    uint64_t swap_add;              /* CS: swap; FA: add (host order) */
+    uint64_t compare;
+    uint64_t swap_mask;             /* masked FA: the field boundary (plain FA: 0) */
+    uint64_t compare_mask;          /* plain CS: all ones */
+};
+
+static inline int sn_is_atomic(uint8_t opcode)
+{
+    return opcode == MLX5_OPCODE_ATOMIC_CS || opcode == MLX5_OPCODE_ATOMIC_FA ||
+           opcode == MLX5_OPCODE_ATOMIC_MASKED_CS || opcode == MLX5_OPCODE_ATOMIC_MASKED_FA;
+}
+
+/* Reads the atomic segment(s) at SEG (the one after the remote-address segment; AVAIL bytes of
+ * the WQE from there) of a WQE with OPCODE and OPMOD.  Returns 0 and the 16-byte units they take
+ * in *UNITS, or the syndrome of the local error the WQE completes with. */
+uint8_t sn_amo_parse(uint8_t opcode, uint8_t opmod, const uint8_t *seg, uint32_t avail,
+                     struct sn_amo *a, uint32_t *units);
+/* Performs A on the target word at ADDR (host memory, or CUDA memory by copies); the original
+ * value in *ORIG.  -1 if the memory could not be reached. */
+int sn_amo_execute(void *addr, const struct sn_mem *m, const struct sn_amo *a, uint64_t *orig);
+/* The SIZE bytes the requester's local buffer receives for the original value ORIG. */
+void sn_amo_result(uint8_t size, uint64_t orig, uint8_t out[8]);
 
 /* ---- devices and UAR pages -------------------------------------------------------------------- */
 
@@ -154,11 +182,13 @@ struct sn_swqe {
     uint8_t inl;                    /* one of the sges is the WQE's inline data */
     uint8_t err;                    /* local error syndrome found when parsing, 0 if none */
     uint8_t acked;
-    uint16_t pad;
+    uint8_t amo_size;               /* atomics: operand bytes (4 or 8) */
+    uint8_t pad;
     uint32_t imm;
     uint32_t rkey;
     uint64_t raddr;
     uint64_t swap_add, compare;
+    uint64_t swap_mask, compare_mask;   /* masked atomics (struct sn_amo) */
     uint32_t len;
     uint32_t psn;
     uint32_t npsn;

@@ -23,7 +23,10 @@ enum sn_msg_type {
     SN_MSG_SEND = 1,        /* SEND, SEND_IMM, SEND_INVAL (opcode says which) */
     SN_MSG_WRITE = 2,       /* RDMA_WRITE, RDMA_WRITE_IMM */
     SN_MSG_READ = 3,        /* RDMA_READ request */
-    SN_MSG_ATOMIC = 4,      /* ATOMIC_CS / ATOMIC_FA */
+    SN_MSG_ATOMIC = 4,      /* ATOMIC_CS / ATOMIC_FA (8 bytes), ATOMIC_MASKED_CS / _FA: total
+                             * is the operand size (4 or 8), arg0/arg1 swap_add/compare, and a
+                             * masked one has 16 bytes of payload: swap mask (FA: the field
+                             * boundary) and compare mask, host order */
     SN_MSG_UD = 5,          /* a UD datagram (SEND, SEND_IMM): rkey carries the Q_Key; with a
                              * GRH, raddr = SN_UD_GRH | tclass << 32 | hop limit << 24 | flow
                              * label and arg0/arg1 the sender's GID; nothing answers it */
@@ -31,7 +34,7 @@ enum sn_msg_type {
     SN_MSG_ACK = 16,        /* everything up to and including psn was executed */
     SN_MSG_NAK = 17,        /* syndrome: SN_NAK_*; psn: the request refused */
     SN_MSG_READ_RESP = 18,  /* a fragment of read data for the request at psn */
-    SN_MSG_ATOMIC_RESP = 19, /* arg0: the original value */
+    SN_MSG_ATOMIC_RESP = 19, /* arg0: the original value (host order, zero-extended) */
 };
 
 #define SN_UD_GRH (1ull << 63)

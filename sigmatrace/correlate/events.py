@@ -3,8 +3,9 @@
 A Batch is columnar (a dict of equal-length numpy arrays) and belongs to one process.  It holds
 the record fields, `ns` (realtime), `tid`, and the fields of continuation records folded into
 the record they continue: WQE_SEG -> `nseg`, `seg_addr`, `seg_key` (first segment), `seg_bytes`
-(all segments), `inline`; WQE_ATOMIC / ATOMIC_ARGS -> `cmp`, `swp`; WQE_AV -> `av_qpn`,
-`av_key`.  Continuation and CALIB records stay in the batch (nothing is copied to drop them);
+(all segments), `inline`; WQE_ATOMIC / ATOMIC_ARGS -> `cmp`, `swp` (WQE_ATOMIC also
+`amo_size`, and for masked atomics, from the second WQE_ATOMIC, `cmp_mask`, `swp_mask`); WQE_AV ->
+`av_qpn`, `av_key`.  Continuation and CALIB records stay in the batch (nothing is copied to drop them);
 consumers pick records by type.
 
 Streams are read in chunks (bounded memory), one chunk ahead: continuations that start a chunk
@@ -26,7 +27,8 @@ RT = fmt.RecType
 CONT_TYPES = (RT.ATOMIC_ARGS, RT.WQE_SEG, RT.WQE_ATOMIC, RT.WQE_AV)
 RECORD_FIELDS = fmt.RECORD_DTYPE.names
 FOLDED = {"nseg": np.uint16, "seg_addr": np.uint64, "seg_key": np.uint32, "seg_bytes": np.uint64,
-          "inline": np.bool_, "cmp": np.uint64, "swp": np.uint64, "av_qpn": np.uint32, "av_key": np.uint64}
+          "inline": np.bool_, "cmp": np.uint64, "swp": np.uint64, "amo_size": np.uint8, "cmp_mask": np.uint64,
+          "swp_mask": np.uint64, "av_qpn": np.uint32, "av_key": np.uint64}
 
 
 class Batch:
@@ -159,13 +161,23 @@ def _fold(recs: np.ndarray, cont: np.ndarray) -> dict[str, np.ndarray]:
         inl = np.zeros(n, np.bool_)
         inl[sd[(recs["flags"][sc] & fmt.RecFlag.INLINE) != 0]] = True
         out["inline"] = inl
-    at = (t == RT.WQE_ATOMIC) | (t == RT.ATOMIC_ARGS)
+    masks = (t == RT.WQE_ATOMIC) & (recs["aux"][ci] == 1)
+    at = ((t == RT.WQE_ATOMIC) | (t == RT.ATOMIC_ARGS)) & ~masks
     if at.any():
-        # WQE_ATOMIC: addr compare, extra swap_add; ATOMIC_ARGS: addr compare_add, extra swap
-        cmp_, swp = np.zeros(n, np.uint64), np.zeros(n, np.uint64)
+        # WQE_ATOMIC: addr compare, extra swap_add, len the operand bytes (0 in older traces);
+        # ATOMIC_ARGS: addr compare_add, extra swap
+        cmp_, swp, size = np.zeros(n, np.uint64), np.zeros(n, np.uint64), np.zeros(n, np.uint8)
         cmp_[dst[at]] = recs["addr"][ci[at]]
         swp[dst[at]] = recs["extra"][ci[at]]
-        out["cmp"], out["swp"] = cmp_, swp
+        size[dst[at]] = np.minimum(recs["len"][ci[at]], 255)
+        out["cmp"], out["swp"], out["amo_size"] = cmp_, swp, size
+    if masks.any():
+        # the second WQE_ATOMIC of a masked atomic: addr compare mask, extra swap mask (masked
+        # fetch-add: the field boundary)
+        cm, sm = np.zeros(n, np.uint64), np.zeros(n, np.uint64)
+        cm[dst[masks]] = recs["addr"][ci[masks]]
+        sm[dst[masks]] = recs["extra"][ci[masks]]
+        out["cmp_mask"], out["swp_mask"] = cm, sm
     av = t == RT.WQE_AV
     if av.any():
         aq, ak = np.zeros(n, np.uint32), np.zeros(n, np.uint64)

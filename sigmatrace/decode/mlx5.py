@@ -24,7 +24,8 @@ EXTENDED_AV = 0x80000000
 ST_RC, ST_UC, ST_UD, ST_DCI = 0x0, 0x1, 0x2, 0x5
 
 RDMA_OPS = {0x08, 0x09, 0x10, 0x11, 0x12, 0x14, 0x15}          # carry a remote-address segment
-ATOMIC_BYTES = {0x11: 16, 0x12: 16, 0x14: 32, 0x15: 16}       # operands after it
+ATOMIC_CS, ATOMIC_FA, ATOMIC_MASKED_CS, ATOMIC_MASKED_FA = 0x11, 0x12, 0x14, 0x15
+MASKED_OPS = (ATOMIC_MASKED_CS, ATOMIC_MASKED_FA)
 SG_OPS = RDMA_OPS | {0x01, 0x0A, 0x0B}                         # then a scatter/gather list
 
 DOORBELL_DTYPE = np.dtype([("qpn", "<u4"), ("idx", "<u2"), ("next", "<u2"), ("opcode", "u1"),
@@ -34,8 +35,8 @@ CTRL_DTYPE = np.dtype([("idx", "<u2"), ("opcode", "u1"), ("opmod", "u1"), ("qpn"
 WQE_DTYPE = np.dtype([("idx", "<u8"), ("opcode", "u1"), ("opmod", "u1"), ("ds", "u1"), ("nbb", "u1"),
                       ("signaled", "?"), ("fence", "?"), ("solicited", "?"), ("imm", "<u4"), ("raddr", "<u8"),
                       ("rkey", "<u4"), ("bytes", "<u4"), ("nseg", "u1"), ("inline", "?"), ("lkey", "<u4"),
-                      ("laddr", "<u8"), ("swap_add", "<u8"), ("compare", "<u8"), ("av_qpn", "<u4"),
-                      ("dc_key", "<u8")])
+                      ("laddr", "<u8"), ("swap_add", "<u8"), ("compare", "<u8"), ("amo_size", "u1"),
+                      ("swap_mask", "<u8"), ("compare_mask", "<u8"), ("av_qpn", "<u4"), ("dc_key", "<u8")])
 CQE_DTYPE = np.dtype([("opcode", "u1"), ("format", "u1"), ("owner", "u1"), ("wqe_counter", "<u2"),
                       ("byte_cnt", "<u4"), ("qpn", "<u4"), ("timestamp", "<u8"), ("imm", "<u4"),
                       ("syndrome", "u1"), ("vendor_err", "u1"), ("signature", "u1")])
@@ -93,6 +94,26 @@ def extend_index(idx16, start: int = 0) -> np.ndarray:
 
 
 # ---- send WQEs ----------------------------------------------------------------------------------
+
+def atomic_sizes(opcode, opmod) -> np.ndarray:
+    """Operand bytes of atomic WQEs (0 for other opcodes): 8 for ATOMIC_CS / ATOMIC_FA; the masked
+    ("extended") opcodes say theirs in the opmod, 0x08 | (log2(bytes) - 2): 0x08 four bytes,
+    0x09 eight; a masked opcode without that form is an 8-byte one."""
+    op = np.asarray(opcode, dtype=np.uint8)
+    om = np.asarray(opmod, dtype=np.uint8)
+    ext = (om & 0x08) != 0
+    masked = np.isin(op, MASKED_OPS)
+    size = np.where(masked & ext, np.left_shift(4, (om & 0x07).astype(np.int64)), 8)
+    return np.where(np.isin(op, (ATOMIC_CS, ATOMIC_FA)) | masked, size, 0).astype(np.int64)
+
+
+def atomic_names(opcode, opmod) -> np.ndarray:
+    """Names of atomic WQEs with their operand size (ATOMIC_FA/8, ATOMIC_MASKED_CS/4, ...); other
+    opcodes by name alone."""
+    size = atomic_sizes(opcode, opmod)
+    base = opcode_names(opcode)
+    return np.array([f"{b}/{z}" if z else b for b, z in zip(base, size.ravel())], dtype=object)
+
 
 def ctrl_segments(blocks) -> np.ndarray:
     """The control segment of each 64-byte block (whether or not a WQE starts there)."""
@@ -178,13 +199,21 @@ def wqes(ring, slots: int, first: int, end: int, st: int = ST_RC) -> tuple[np.nd
     out["raddr"] = np.where(has_raddr, _be64(r, 0), 0)
     out["rkey"] = np.where(has_raddr, _be32(r, 8), 0)
     off = off + np.where(has_raddr, 16, 0)
-    abytes = np.zeros(starts.size, np.int64)
-    for code, n in ATOMIC_BYTES.items():
-        abytes[op == code] = n
+    # atomic operands: 16 bytes, or 32 for an 8-byte masked compare-swap (two segments); 4-byte
+    # operands are big-endian 32-bit fields (masked fetch-add: add, boundary and 8 spare bytes)
+    size = atomic_sizes(op, c["opmod"])
+    abytes = np.where(size > 0, np.where((op == ATOMIC_MASKED_CS) & (size > 4), 32, 16), 0)
     has_atomic = (abytes > 0) & (off + abytes <= end_off)
-    a = seg(off)
-    out["swap_add"] = np.where(has_atomic, _be64(a, 0), 0)
-    out["compare"] = np.where(has_atomic, _be64(a, 8), 0)
+    a, a2 = seg(off), seg(off + 16)
+    four, masked = size == 4, np.isin(op, MASKED_OPS)
+    mcs, mfa = masked & (op == ATOMIC_MASKED_CS), masked & (op == ATOMIC_MASKED_FA)
+    w0, w1, w2, w3 = (_be32(a, k).astype(np.uint64) for k in (0, 4, 8, 12))
+    out["amo_size"] = np.where(has_atomic, size, 0)
+    out["swap_add"] = np.where(has_atomic, np.where(four, w0, _be64(a, 0)), 0)
+    out["compare"] = np.where(has_atomic & ~mfa, np.where(four, w1, _be64(a, 8)), 0)
+    out["swap_mask"] = np.where(has_atomic & mcs, np.where(four, w2, _be64(a2, 0)), 0)
+    out["swap_mask"] = np.where(has_atomic & mfa, np.where(four, w1, _be64(a, 8)), out["swap_mask"])
+    out["compare_mask"] = np.where(has_atomic & mcs, np.where(four, w3, _be64(a2, 8)), 0)
     off = off + np.where(has_atomic, abytes, 0)
     # scatter/gather list: walk segment by segment, all WQEs at once
     sg = np.isin(op, list(SG_OPS))

@@ -64,7 +64,7 @@ ARG_NAMES = ["qpn", "op", "wrs", "bytes", "remote_addr", "rkey", "wr_id", "flags
              "pi", "bbs", "wqes", "lost_bbs", "repeater", "raw", "wqe_index", "ds", "opmod", "segments",
              "local_addr", "parse_delay_ns", "first_index", "cq", "cmd_type", "dst_nid", "dst_ep",
              "remote_offset", "write_pointer", "site", "doorbell_pi", "inline", "call_id", "endpoint", "ret",
-             "wqe_range", "dest", "tries"]
+             "wqe_range", "dest", "tries", "operand_bytes", "swap_mask", "compare_mask", "field_boundary"]
 ARG = {name: i + 1 for i, name in enumerate(ARG_NAMES)}
 
 # interned string values: one block of 256 per code table, then endpoint labels
@@ -329,6 +329,9 @@ class PerfettoOutput(Output):
                 ("segments", s["nseg"], s["nseg"] > 0), ("local_addr", s["seg_addr"], s["nseg"] > 0),
                 ("lkey", s["seg_key"], s["nseg"] > 0),
                 ("compare_add", s["cmp"], atomic), ("swap", s["swp"], atomic),
+                ("operand_bytes", s["amo_size"], atomic & (s["amo_size"] > 0)),
+                ("swap_mask", s["swp_mask"], s["op"] == 0x14), ("compare_mask", s["cmp_mask"], s["op"] == 0x14),
+                ("field_boundary", s["swp_mask"], s["op"] == 0x15),
                 ("remote_qpn", s["av_qpn"], s["av_qpn"] != 0),
                 ("parse_delay_ns", np.maximum(s["ns"] - s["db_ns"], 0), has_db),
                 ("doorbell_pi", s["db_pi"] & 0xFFFF, has_db),
