@@ -108,6 +108,7 @@ struct wqe_info {
     uint64_t compare, swap_add;
     uint32_t av_qpn;   /* DC target / UD remote qpn */
     uint64_t dc_key;
+    uint16_t av_lid;   /* the address vector's destination LID */
     uint32_t nseg;
     struct wqe_seg seg[WQE_MAX_SEGS];
 };
