@@ -7,18 +7,25 @@
  *                               wrong DC key
  *   dc_ops -l                   loopback: both in one process (two DCTs, one DCI alternating
  *                               between them)
+ *   dc_ops -x                   loopback, bad addresses: a WRITE whose address was never set
+ *                               (IBV_WC_LOC_PROT_ERR), one naming a DCT that does not exist and
+ *                               one with a wrong key (IBV_WC_RETRY_EXC_ERR: nobody answers); the
+ *                               DCI is reset after each, then a good WRITE succeeds
  *
  * The plan: RDMA WRITEs (1, 100 and 4096 bytes), RDMA READs (8 and 2048 bytes), a fetch-and-
  * add and a compare-and-swap, two SENDs (the second with an immediate) into the DCT's SRQ.
  * The client checks every completion, every READ's bytes and both atomics' old values; the
  * server checks its buffer, its counter and both receives.  A WRITE with another key is not
  * answered by the DCT, as on a ConnectX: it completes with IBV_WC_RETRY_EXC_ERR.
+ * First line: `caps: dct=D compact_address_vector=C cqe_version=V log_bf_reg_size=B`, the general
+ * capabilities (QUERY_HCA_CAP through DevX) a DC user such as NVSHMEM's IBGDA reads.
  * The last line printed is `dc_ops: ok writes=W reads=R atomics=A sends=S bad_key=1 dct=N
  * key=K` (the counts a trace must hold).  Exit status 0 only when everything matched.
  */
 #include <inttypes.h>
 
 #include <infiniband/mlx5dv.h>
+#include <sigmatrace/mlx5_prm.h>
 
 #include "common.h"
 
@@ -56,6 +63,21 @@ static struct ibv_pd *pd;
 static uint8_t pattern(uint32_t i, uint32_t off)
 {
 	return (uint8_t)(i * 31 + off * 7 + 1);
+}
+
+static void print_caps(void)
+{
+	uint8_t in[16] = {0}, *out = calloc(1, PRM_HCA_CAP_OUT_SIZE);
+
+	CHECK(out, "calloc");
+	prm_set(in, PRM_IN_OPCODE, PRM_CMD_QUERY_HCA_CAP);
+	prm_set(in, PRM_IN_OP_MOD, PRM_CAP_TYPE_GENERAL << 1 | 1);
+	CHECK(!mlx5dv_devx_general_cmd(ctx, in, sizeof(in), out, PRM_HCA_CAP_OUT_SIZE) && !prm_get(out, PRM_OUT_STATUS),
+	      "QUERY_HCA_CAP");
+	printf("caps: dct=%u compact_address_vector=%u cqe_version=%u log_bf_reg_size=%u\n", prm_get(out, PRM_CAP_DCT),
+	       prm_get(out, PRM_CAP_COMPACT_ADDRESS_VECTOR), prm_get(out, PRM_CAP_CQE_VERSION),
+	       prm_get(out, PRM_CAP_LOG_BF_REG_SIZE));
+	free(out);
 }
 
 static void make_dct(struct dct_side *s, uint64_t key)
@@ -308,6 +330,69 @@ static int run_bad_key(struct dci_side *c, const struct dc_info *t)
 	return 0;
 }
 
+/* Back to RTS after an error completion (the DCI went to the error state). */
+static void reset_dci(struct dci_side *c)
+{
+	struct ibv_qp_attr a = {.qp_state = IBV_QPS_RESET};
+	struct ibv_wc wc[8];
+
+	CHECK(!ibv_modify_qp(c->qp, &a, IBV_QP_STATE), "DCI to RESET");
+	while (ibv_poll_cq(c->cq, 8, wc) > 0)
+		;
+	memset(&a, 0, sizeof(a));
+	a.qp_state = IBV_QPS_INIT;
+	a.port_num = 1;
+	CHECK(!ibv_modify_qp(c->qp, &a, IBV_QP_STATE | IBV_QP_PORT), "DCI to INIT");
+	a.qp_state = IBV_QPS_RTR;
+	a.path_mtu = IBV_MTU_4096;
+	CHECK(!ibv_modify_qp(c->qp, &a, IBV_QP_STATE | IBV_QP_PATH_MTU), "DCI to RTR");
+	memset(&a, 0, sizeof(a));
+	a.qp_state = IBV_QPS_RTS;
+	a.timeout = 10;
+	a.retry_cnt = 2;
+	a.rnr_retry = 7;
+	CHECK(!ibv_modify_qp(c->qp, &a, IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY),
+	      "DCI to RTS");
+}
+
+/* -x: addresses no DCT answers, each an error completion; then a good WRITE. */
+static int run_garbage(struct dci_side *c, const struct dc_info *t)
+{
+	struct ibv_ah *ah = ah_to(t);
+	struct dc_info none = *t;
+	struct ibv_wc wc;
+	int bad = 0;
+
+	/* no mlx5dv_wr_set_dc_addr: the datagram segment stays zero, a 16-byte AV (no extended
+	 * bit) naming DCT 0, so the device reads the rest of the 48 bytes as the remote address
+	 * and a data segment of lkey 0: a local protection error */
+	ibv_wr_start(c->qpx);
+	c->qpx->wr_id = 1;
+	c->qpx->wr_flags = IBV_SEND_SIGNALED;
+	ibv_wr_rdma_write(c->qpx, t->p.rkey, t->p.addr);
+	ibv_wr_set_sge(c->qpx, c->mr->lkey, (uintptr_t)c->buf, 16);
+	CHECK(!ibv_wr_complete(c->qpx), "ibv_wr_complete");
+	poll_n(c->cq, &wc, 1, 10);
+	if (wc.status != IBV_WC_LOC_PROT_ERR)
+		bad++, fprintf(stderr, "no address: status %s\n", ibv_wc_status_str(wc.status));
+	reset_dci(c);
+	none.p.qpn = (t->p.qpn + 4096) & 0xffffff;     /* nobody has that DCT number */
+	wc = post_one(c, ah, &none, t->key, WRITE, t->p.addr, 0, 16, 0, 0);
+	if (wc.status != IBV_WC_RETRY_EXC_ERR)
+		bad++, fprintf(stderr, "no such DCT: status %s\n", ibv_wc_status_str(wc.status));
+	reset_dci(c);
+	wc = post_one(c, ah, t, BAD_KEY, WRITE, t->p.addr, 0, 16, 0, 0);
+	if (wc.status != IBV_WC_RETRY_EXC_ERR)
+		bad++, fprintf(stderr, "wrong key: status %s\n", ibv_wc_status_str(wc.status));
+	reset_dci(c);
+	memset(c->buf, 0x5a, 16);
+	wc = post_one(c, ah, t, t->key, WRITE, t->p.addr + 5000, 0, 16, 0, 0);
+	if (wc.status != IBV_WC_SUCCESS)
+		bad++, fprintf(stderr, "good write after the errors: status %s\n", ibv_wc_status_str(wc.status));
+	ibv_destroy_ah(ah);
+	return bad;
+}
+
 static void summary(const struct dc_info *t, int rounds)
 {
 	printf("dc_ops: ok writes=%d reads=%d atomics=%d sends=%d bad_key=1 dct=%u key=%#" PRIx64 "\n",
@@ -317,22 +402,49 @@ static void summary(const struct dc_info *t, int rounds)
 int main(int argc, char **argv)
 {
 	const char *host = NULL;
-	int port = 18600, loop = 0, opt, bad = 0;
+	int port = 18600, loop = 0, garbage = 0, opt, bad = 0;
 
-	while ((opt = getopt(argc, argv, "p:l")) != -1) {
+	while ((opt = getopt(argc, argv, "p:lx")) != -1) {
 		if (opt == 'p')
 			port = atoi(optarg);
 		else if (opt == 'l')
 			loop = 1;
+		else if (opt == 'x')
+			garbage = 1;
 		else
-			DIE("usage: dc_ops [-p PORT] [HOST] | dc_ops -l");
+			DIE("usage: dc_ops [-p PORT] [HOST] | dc_ops -l | dc_ops -x");
 	}
 	if (optind < argc)
 		host = argv[optind];
 	srand48(getpid());
-	ctx = open_first_device();
+	{
+		/* a DevX context, as the capability query needs on a ConnectX */
+		struct ibv_device **list = ibv_get_device_list(NULL);
+		struct mlx5dv_context_attr ca = {.flags = MLX5DV_CONTEXT_FLAGS_DEVX};
+
+		CHECK(list && list[0], "no RDMA device");
+		ctx = mlx5dv_open_device(list[0], &ca);
+		CHECK(ctx, "mlx5dv_open_device: %s", strerror(errno));
+		ibv_free_device_list(list);
+	}
 	pd = ibv_alloc_pd(ctx);
 	CHECK(pd, "ibv_alloc_pd");
+	print_caps();
+	if (garbage) {
+		struct dct_side s;
+		struct dc_info t;
+		struct dci_side c;
+
+		make_dct(&s, DC_KEY);
+		dct_info(&s, DC_KEY, &t);
+		make_dci(&c);
+		bad = run_garbage(&c, &t);
+		if (bad || s.buf[5000] != 0x5a)
+			return 1;
+		printf("dc_ops: unset address LOC_PROT_ERR, no such DCT RETRY_EXC_ERR, wrong key RETRY_EXC_ERR, "
+		       "then a good write\n");
+		return 0;
+	}
 	if (loop) {
 		/* one DCI, two DCTs of this process: the DCI reconnects between them */
 		struct dct_side s[2];
