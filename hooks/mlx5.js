@@ -72,6 +72,30 @@
         rfn('st_mlx5_init_obj', ['pointer', 'uint64', 'int', 'uint64'])(self.obj, self.types, ret.toInt32(), self.ts);
       },
     }],
+    // DC QPs (and any QP made the mlx5dv way): a qp_create naming DCI / DCT, and a DCT's key
+    ['mlx5dv_create_qp', {
+      enter(args, self) { self.attr = args[1]; self.dv = args[2]; },
+      leave(ret, self) {
+        let text = '"ev":"qp_create","fn":"mlx5dv_create_qp",';
+        if (ret.isNull()) {
+          text += '"qp":0,"ret":0';
+        } else {
+          const buf = Memory.alloc(4096);
+          const n = api.fn('st_vfmt_mlx5dv_qp_create', 'int', ['pointer', 'size_t', 'pointer', 'pointer', 'pointer'])(
+            buf, 4096, ret, self.attr, self.dv);
+          text += (n > 0 ? buf.readUtf8String(n) + ',' : '') + '"ret":' + uint64(ret.toString()).toString();
+        }
+        api.cold(self.ts, text);
+      },
+    }],
+    // a DCI's mlx5dv_wr_set_dc_addr: the runtime hooks it, to record each work request's DCT
+    ['mlx5dv_qp_ex_from_ibv_qp_ex', {
+      enter(args, self) { self.qpx = args[0]; },
+      leave(ret, self) {
+        if (ret.isNull()) return;
+        api.fn('st_verbs_hook_dv_qp_ex', 'int', ['pointer', 'pointer'])(self.qpx, ret);
+      },
+    }],
     ['mlx5dv_devx_obj_destroy', {
       enter(args, self) { self.obj = args[0]; },
       leave(ret, self) { rfn('st_devx_obj_destroy', ['pointer', 'int', 'uint64'])(self.obj, ret.toInt32(), self.ts); },

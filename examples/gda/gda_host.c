@@ -78,7 +78,11 @@ struct opts {
     const char *dev;
     const char *json;   /* write the summary here instead of stdout */
     int quiet;
+    int dc;             /* --transport dc: DCIs (DevX) posting to the peers' DCTs */
+    uint32_t dc_av;     /* bytes of a DCI WQE's address vector: 16 or 48 */
 };
+
+#define GDA_DC_KEY 0xdc0ffee5eedull /* every DCT's access key (what the DCIs' AVs name) */
 
 static void usage(FILE *f)
 {
@@ -121,6 +125,9 @@ static void usage(FILE *f)
             "  -d, --dev NAME        RDMA device (default: the first)\n"
             "      --json FILE       write the JSON summary to FILE instead of stdout\n"
             "      --quiet           no progress on stderr\n"
+            "      --transport T     rc (default): connected pairs of RC QPs; dc: each submitting QP a DCI\n"
+            "                        (DevX), its peer a DCT (mlx5dv_create_qp), every WQE with the AV\n"
+            "      --dc-av BYTES     dc: the address vector in each WQE, 16 (default) or 48 bytes\n"
             "The exit status is 0 only if every result verified.\n",
             gda_backend);
 }
@@ -162,10 +169,11 @@ static int parse_opts(int argc, char **argv, struct opts *o)
         {"op", 1, 0, 'o'},       {"db-style", 1, 0, 'D'}, {"resolve", 1, 0, 'R'}, {"uar-flags", 1, 0, 'U'},
         {"uar-api", 1, 0, 'P'},  {"inline", 0, 0, 'I'}, {"sig-every", 1, 0, 'S'}, {"timeout", 1, 0, 'T'},
         {"dev", 1, 0, 'd'},      {"quiet", 0, 0, 'Q'},  {"help", 0, 0, 'h'},      {"json", 1, 0, 'J'},     {"gap-us", 1, 0, 'G'},    {"queues", 1, 0, 'W'},    {"ordering", 1, 0, 'F'},  {"start-delay", 1, 0, 'Y'},
-        {"linger", 1, 0, 'L'},   {"alternate", 0, 0, 'X'}, {"setup-gate", 1, 0, 'g'}, {0, 0, 0, 0}};
+        {"linger", 1, 0, 'L'},   {"alternate", 0, 0, 'X'}, {"setup-gate", 1, 0, 'g'}, {"transport", 1, 0, 'C'},
+        {"dc-av", 1, 0, 'V'},    {0, 0, 0, 0}};
     *o = (struct opts){.mode = GDA_MODE_OPS, .kinds = GDA_K_WRITE | GDA_K_READ | GDA_K_FADD, .n = 1000, .pairs = 1,
                        .batch = 1, .slots = 64, .area = 16, .warmup = 100, .lat_kind = GDA_K_WRITE,
-                       .timeout_s = 30};
+                       .timeout_s = 30, .dc_av = 16};
     int c;
     while ((c = getopt_long(argc, argv, "m:n:q:b:s:w:d:h", lo, NULL)) != -1) {
         switch (c) {
@@ -239,6 +247,20 @@ static int parse_opts(int argc, char **argv, struct opts *o)
             }
             o->host_queues = !strcmp(optarg, "host");
             break;
+        case 'C':
+            if (strcmp(optarg, "rc") && strcmp(optarg, "dc")) {
+                fprintf(stderr, "gda_example: --transport takes rc or dc\n");
+                return -1;
+            }
+            o->dc = !strcmp(optarg, "dc");
+            break;
+        case 'V':
+            o->dc_av = (uint32_t)atoi(optarg);
+            if (o->dc_av != 16 && o->dc_av != 48) {
+                fprintf(stderr, "gda_example: --dc-av takes 16 or 48\n");
+                return -1;
+            }
+            break;
         case 'h': usage(stdout); exit(0);
         default: usage(stderr); return -1;
         }
@@ -247,7 +269,9 @@ static int parse_opts(int argc, char **argv, struct opts *o)
         fprintf(stderr, "gda_example: unexpected argument '%s'\n", argv[optind]);
         return -1;
     }
-    uint32_t max_bb = (o->kinds & (GDA_K_WRITEV | GDA_K_MCAS)) && o->mode == GDA_MODE_OPS ? 2 : 1;
+    /* a DCI's address vector makes a fetch-add (16-byte AV) or any WQE (48-byte AV) two blocks;
+     * so does a vectored write's or an 8-byte masked compare-swap's extra segments */
+    uint32_t max_bb = ((o->kinds & (GDA_K_WRITEV | GDA_K_MCAS)) && o->mode == GDA_MODE_OPS) || o->dc ? 2 : 1;
     if (o->slots < 2 || (o->slots & (o->slots - 1)) || o->slots > 32768) {
         fprintf(stderr, "gda_example: --slots must be a power of two from 2 to 32768\n");
         return -1;
@@ -410,6 +434,8 @@ struct qp_res {
     void *uar_page;          /* registered with CUDA (NULL if not) */
     gda_CUdeviceptr db;      /* device pointer of the doorbell */
     int submits;
+    struct ibv_qp *dct;      /* --transport dc: the DCT the peer's DCI reaches this QP's buffer by */
+    struct ibv_cq *dct_cq;
 };
 
 struct ctx {
@@ -422,6 +448,7 @@ struct ctx {
     gda_CUcontext cuctx;
     uint32_t nqp;
     struct qp_res *q;
+    struct ibv_srq *dct_srq; /* the DCTs' receive queue (they take no SENDs here) */
 };
 
 static int devx_cmd_ok(const char *what, int ret, const uint8_t *out)
@@ -504,7 +531,7 @@ static int create_queues(struct ctx *c, struct qp_res *r)
     memset(in, 0, sizeof(in));
     memset(out, 0, sizeof(out));
     PRM_SET(in, PRM_OPCODE, PRM_CREATE_QP);
-    PRM_SET(in, PRM_QPC_ST, PRM_ST_RC);
+    PRM_SET(in, PRM_QPC_ST, c->o.dc ? PRM_ST_DCI : PRM_ST_RC);
     PRM_SET(in, PRM_QPC_PM_STATE, PRM_PM_MIGRATED);
     PRM_SET(in, PRM_QPC_PD, c->pdn);
     PRM_SET(in, PRM_QPC_LOG_SQ_SIZE, log2u(slots));
@@ -538,9 +565,17 @@ static int modify(struct ctx *c, struct qp_res *r, uint32_t opcode, const struct
     if (opcode == PRM_RST2INIT_QP) {
         PRM_SET(in, PRM_QPC_PM_STATE, PRM_PM_MIGRATED);
         PRM_SET(in, PRM_ADS_PKEY_INDEX, 0);
-        PRM_SET(in, PRM_QPC_RRE, 1);
-        PRM_SET(in, PRM_QPC_RWE, 1);
-        PRM_SET(in, PRM_QPC_RAE, 1);
+        if (c->o.dc) { /* a DCI: its key; remote access is the DCTs' business */
+            PRM_SET(in, PRM_QPC_DC_ACCESS_KEY, GDA_DC_KEY);
+        } else {
+            PRM_SET(in, PRM_QPC_RRE, 1);
+            PRM_SET(in, PRM_QPC_RWE, 1);
+            PRM_SET(in, PRM_QPC_RAE, 1);
+        }
+    } else if (opcode == PRM_INIT2RTR_QP && c->o.dc) {
+        what = "INIT2RTR_QP"; /* a DCI has no remote: each WQE's AV names its DCT */
+        PRM_SET(in, PRM_QPC_MTU, c->port.active_mtu);
+        PRM_SET(in, PRM_QPC_LOG_MSG_MAX, 30);
     } else if (opcode == PRM_INIT2RTR_QP) {
         what = "INIT2RTR_QP";
         PRM_SET(in, PRM_QPC_MTU, c->port.active_mtu);
@@ -566,6 +601,63 @@ static int modify(struct ctx *c, struct qp_res *r, uint32_t opcode, const struct
     }
     int ret = mlx5dv_devx_obj_modify(r->qp_obj, in, sizeof(in), out, sizeof(out));
     return devx_cmd_ok(what, ret, out) ? 0 : -1;
+}
+
+/* --transport dc: the DCT through which the peer's DCI reaches R's buffer (verbs, as NVSHMEM
+ * makes its DCTs): RESET -> INIT (remote access) -> RTR. */
+static int create_dct(struct ctx *c, struct qp_res *r)
+{
+    if (!c->dct_srq) {
+        struct ibv_srq_init_attr sa = {.attr = {.max_wr = 1, .max_sge = 1}};
+        c->dct_srq = ibv_create_srq(c->pd, &sa);
+    }
+    r->dct_cq = ibv_create_cq(c->ibv, 16, NULL, NULL, 0);
+    if (!c->dct_srq || !r->dct_cq) {
+        fprintf(stderr, "gda_example: the DCT's SRQ or CQ failed: %s\n", strerror(errno));
+        return -1;
+    }
+    struct ibv_qp_init_attr_ex qa = {.qp_type = IBV_QPT_DRIVER, .comp_mask = IBV_QP_INIT_ATTR_PD, .pd = c->pd,
+                                     .send_cq = r->dct_cq, .recv_cq = r->dct_cq, .srq = c->dct_srq};
+    struct mlx5dv_qp_init_attr dv = {.comp_mask = MLX5DV_QP_INIT_ATTR_MASK_DC,
+                                     .dc_init_attr = {.dc_type = MLX5DV_DCTYPE_DCT, .dct_access_key = GDA_DC_KEY}};
+    r->dct = mlx5dv_create_qp(c->ibv, &qa, &dv);
+    if (!r->dct) {
+        fprintf(stderr, "gda_example: mlx5dv_create_qp (DCT) failed: %s\n", strerror(errno));
+        return -1;
+    }
+    struct ibv_qp_attr a = {.qp_state = IBV_QPS_INIT, .port_num = 1,
+                            .qp_access_flags = IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC};
+    if (ibv_modify_qp(r->dct, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS)) {
+        fprintf(stderr, "gda_example: DCT to INIT failed\n");
+        return -1;
+    }
+    memset(&a, 0, sizeof(a));
+    a.qp_state = IBV_QPS_RTR;
+    a.path_mtu = c->port.active_mtu;
+    a.min_rnr_timer = 12;
+    a.ah_attr.port_num = 1;
+    a.ah_attr.dlid = c->port.lid;
+    if (c->port.link_layer == IBV_LINK_LAYER_ETHERNET) {
+        a.ah_attr.is_global = 1;
+        a.ah_attr.grh.hop_limit = 64;
+        memcpy(a.ah_attr.grh.dgid.raw, c->gid.raw, 16);
+    }
+    if (ibv_modify_qp(r->dct, &a, IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_MIN_RNR_TIMER)) {
+        fprintf(stderr, "gda_example: DCT to RTR failed\n");
+        return -1;
+    }
+    return 0;
+}
+
+/* The address vector a DCI's WQEs carry to reach DCT: its first 16 bytes as the thread stores
+ * them (dc_key, dqp_dct with the extended bit for the 48-byte form, sl 0, rlid). */
+static void dc_av_words(const struct ctx *c, const struct ibv_qp *dct, struct gda_sq *sq)
+{
+    sq->av_ds = c->o.dc_av / 16;
+    sq->av[0] = gda_hi(GDA_DC_KEY);
+    sq->av[1] = gda_lo(GDA_DC_KEY);
+    sq->av[2] = gda_bswap32(dct->qp_num | (c->o.dc_av == 48 ? MLX5_EXTENDED_UD_AV : 0));
+    sq->av[3] = gda_bswap32(c->port.lid);
 }
 
 /* Map the doorbell register for the GPU: register its page, then ask for a device pointer. */
@@ -677,6 +769,8 @@ static int setup(struct ctx *c)
                 return -1;
             }
             r->submits = (i % 2 == 0) || c->o.mode == GDA_MODE_PINGPONG;
+            if (c->o.dc && create_dct(c, r))
+                return -1;
         }
         for (uint32_t i = 2 * p; i < 2 * p + 2; i++) {
             struct qp_res *r = &c->q[i], *peer = &c->q[i ^ 1];
@@ -703,6 +797,10 @@ static void teardown(struct ctx *c)
             else
                 cu.MemHostUnregister(r->uar_page);
         }
+        if (r->dct)
+            ibv_destroy_qp(r->dct);
+        if (r->dct_cq)
+            ibv_destroy_cq(r->dct_cq);
         if (r->qp_obj)
             mlx5dv_devx_obj_destroy(r->qp_obj);
         if (r->cq_obj)
@@ -723,6 +821,8 @@ static void teardown(struct ctx *c)
         qmem_free(&r->cq);
         qmem_free(&r->dbr);
     }
+    if (c->dct_srq)
+        ibv_destroy_srq(c->dct_srq);
     if (c->pd)
         ibv_dealloc_pd(c->pd);
     if (c->ibv)
@@ -1003,6 +1103,8 @@ int main(int argc, char **argv)
                                 .db = (volatile uint64_t *)(uintptr_t)r->db, .slots = c.o.slots, .qpn = r->qpn,
                                 .db_style = c.o.db_style, .host_queues = (uint32_t)c.o.host_queues,
                                 .fenced_dbrec = (uint32_t)c.o.fenced_dbrec};
+        if (c.o.dc)
+            dc_av_words(&c, peer->dct, &v->sq);
         v->cq = (struct gda_cq){.buf = (uint8_t *)(uintptr_t)r->cq.dev,
                                 .dbrec = (volatile uint32_t *)(uintptr_t)(r->dbr.dev + 32), .log_size = r->log_cq};
         v->lkey = r->mr->lkey;
@@ -1074,7 +1176,10 @@ int main(int argc, char **argv)
             fprintf(js, "%s\"%s\"", first ? "" : ",", kn[k]);
             first = 0;
         }
-    fprintf(js, "],\"batch\":%u,\"slots\":%u,\"area\":%u,\"warmup\":%u,\"db_style\":\"%s\",\"resolve\":\"%s\",\"uar_api\":\"%s\",\"queues\":\"%s\",\"qps\":[",
+    fprintf(js, "],\"transport\":\"%s\",", c.o.dc ? "dc" : "rc");
+    if (c.o.dc)
+        fprintf(js, "\"dc_av\":%u,\"dc_key\":%llu,", c.o.dc_av, (unsigned long long)GDA_DC_KEY);
+    fprintf(js, "\"batch\":%u,\"slots\":%u,\"area\":%u,\"warmup\":%u,\"db_style\":\"%s\",\"resolve\":\"%s\",\"uar_api\":\"%s\",\"queues\":\"%s\",\"qps\":[",
            c.o.batch, c.o.slots, c.o.area, c.o.warmup, c.o.db_style == GDA_DB_LAST ? "last" : "next",
            c.o.procaddress ? "procaddress" : "dlsym", c.o.uar_runtime ? "runtime" : "driver",
             c.o.host_queues ? "host" : "gpu");
@@ -1087,6 +1192,8 @@ int main(int argc, char **argv)
                ",\"rbuf\":%" PRIu64 ",\"uar_reg_addr\":%" PRIu64 ",\"db_dptr\":%" PRIu64 ",\"status\":%" PRIu64,
                t ? "," : "", r->qpn, peer->qpn, w->role, w->doorbells, w->wqes, w->signaled, w->cqes, w->sq.pi, w->lkey,
                w->rkey, w->lbuf_nic, w->rbuf_nic, (uint64_t)(uintptr_t)r->uar->reg_addr, (uint64_t)r->db, w->status);
+        if (c.o.dc) /* the DCT this DCI's WQEs name (the peer's) */
+            fprintf(js, ",\"dct\":%u", peer->dct->qp_num);
         if (nlat && statuses_ok && c.o.pairs > 1 && w->role == 0) { /* this pair's own series */
             uint64_t *l = lat + (view_qp[t] / 2) * nlat;
             qsort(l, nlat, 8, cmp_u64);

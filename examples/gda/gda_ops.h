@@ -159,8 +159,10 @@ GDA_FN int gda_reap(struct gda_qp_view *q, uint32_t *done)
     while (gda_cq_poll(&q->cq, &e)) {
         if (!gda_cqe_ok(q, &e))
             return 0;
-        /* the completed WQE is one block; it and everything before it are done */
-        *done += (uint16_t)((uint16_t)(e.wqe_counter + 1) - (uint16_t)*done);
+        /* the completed WQE (as many blocks as its ds says: a DCI's carry an address vector)
+         * and everything before it are done */
+        uint32_t w1 = gda_bswap32(gda_ld32((const volatile uint32_t *)gda_seg(&q->sq, e.wqe_counter, 4)));
+        *done += (uint16_t)((uint16_t)(e.wqe_counter + gda_nbb(w1 & 0x3f)) - (uint16_t)*done);
     }
     return 1;
 }
@@ -317,17 +319,18 @@ GDA_NOINLINE void gda_prog_rate(struct gda_qp_view *q, const struct gda_cfg *c)
     const uint32_t lkey = q->lkey, rkey = q->rkey;
     struct gda_sq sq = q->sq;
     uint32_t done = sq.pi, since_sig = 0, in_batch = 0;
+    const uint32_t need = gda_nbb(3 + sq.av_ds); /* blocks of one write: 1, or 2 with a long AV */
     uint64_t doorbells = 0, signaled = 0;
     q->t_start = gda_time_ns();
     for (uint64_t i = 0; i < n; i++) {
-        if (sq.pi - done >= sq.slots) {
+        if (sq.pi - done + need > sq.slots) {
             if (in_batch) { /* never wait for room behind WQEs nobody announced */
                 gda_ring(&sq);
                 doorbells++;
                 in_batch = 0;
             }
             q->sq = sq;
-            int room = gda_wait_room(q, c, &done, sq.slots);
+            int room = gda_wait_room(q, c, &done, sq.slots + 1 - need);
             if (!room) {
                 q->wqes += i, q->doorbells += doorbells, q->signaled += signaled;
                 return;

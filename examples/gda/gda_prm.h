@@ -41,6 +41,7 @@ enum {
     PRM_INIT2RTR_QP = 0x503,
     PRM_RTR2RTS_QP = 0x504,
     PRM_ST_RC = 0x0,
+    PRM_ST_DCI = 0x5,
     PRM_PM_MIGRATED = 0x3,
     PRM_RQ_ZERO_LEN = 0x3,
     PRM_IN_BYTES = 272,  /* create_cq_in / create_qp_in / *2*_qp_in without pas */
@@ -108,6 +109,7 @@ enum {
 #define PRM_QPC_CQN_RCV QPC(0x4e8), 24
 #define PRM_QPC_DBR_ADDR QPC(0x500), 64
 #define PRM_QPC_RQ_TYPE QPC(0x565), 3
+#define PRM_QPC_DC_ACCESS_KEY QPC(0x640), 64 /* a DCI's key */
 #define PRM_QPC_DBR_UMEM_VALID QPC(0x683), 1
 #define PRM_QPC_DBR_UMEM_ID QPC(0x720), 32
 #define PRM_QP_WQ_UMEM_OFFSET 0x800, 64

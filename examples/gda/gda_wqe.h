@@ -5,6 +5,9 @@
  * the doorbell record (dbrec[1] = next free block), a fence, one 8-byte doorbell store.
  * Segment layouts are rdma-core's (struct mlx5_wqe_ctrl_seg, _raddr_seg, _data_seg,
  * _atomic_seg, _inl_data_seg in mlx5dv.h; gda_host.c checks the offsets used here against them).
+ * On a DCI (--transport dc) every WQE carries the address vector of its DCT after the control
+ * segment (struct mlx5_wqe_av: 16 bytes, or 48 with the extended bit), as NVSHMEM's IBGDA
+ * writes it; the other segments follow it.
  */
 #ifndef GDA_WQE_H
 #define GDA_WQE_H
@@ -43,6 +46,8 @@ struct gda_sq {
     uint32_t last_w0, last_w1; /* first two words of the last WQE built (for GDA_DB_LAST) */
     uint32_t host_queues;      /* queues in host memory: order stores at system scope */
     uint32_t fenced_dbrec;     /* also fence between the WQEs and the doorbell record */
+    uint32_t av_ds;            /* DCI: 16-byte units of the address vector (1 or 3); RC: 0 */
+    uint32_t av[4];            /* its first 16 bytes as stored: dc_key, dqp_dct, sl / rlid */
 };
 
 /* A completion queue of 64-byte CQEs. */
@@ -88,6 +93,22 @@ GDA_FN void gda_ctrl(struct gda_sq *sq, uint32_t idx, uint8_t opcode, uint8_t ds
     gda_ctrl_opmod(sq, idx, opcode, 0, ds, fm_ce_se);
 }
 
+/* A DCI's address vector after the control segment; returns the offset of the next segment
+ * (16 on an RC QP, which has none).  The long form's GRH part stays zero: the DCT is
+ * reached by LID. */
+GDA_FN uint32_t gda_av(struct gda_sq *sq, uint32_t idx)
+{
+    if (!sq->av_ds)
+        return 16;
+    gda_st128(gda_seg(sq, idx, 16), sq->av[0], sq->av[1], sq->av[2], sq->av[3]);
+    for (uint32_t i = 1; i < sq->av_ds; i++)
+        gda_st128(gda_seg(sq, idx, 16 + 16 * i), 0, 0, 0, 0);
+    return 16 + 16 * sq->av_ds;
+}
+
+/* Basic blocks of a WQE of `ds` 16-byte units. */
+GDA_FN uint32_t gda_nbb(uint32_t ds) { return (ds * 16 + 63) / 64; }
+
 GDA_FN void gda_raddr(struct gda_sq *sq, uint32_t idx, uint32_t off, uint64_t raddr, uint32_t rkey)
 {
     gda_st128(gda_seg(sq, idx, off), gda_hi(raddr), gda_lo(raddr), gda_bswap32(rkey), 0);
@@ -98,15 +119,15 @@ GDA_FN void gda_data(struct gda_sq *sq, uint32_t idx, uint32_t off, uint64_t add
     gda_st128(gda_seg(sq, idx, off), gda_bswap32(len), gda_bswap32(lkey), gda_hi(addr), gda_lo(addr));
 }
 
-/* RDMA WRITE or READ of one buffer: ctrl + raddr + data, ds 3, one block. */
+/* RDMA WRITE or READ of one buffer: ctrl + raddr + data, ds 3, one block (a DCI's: + AV). */
 GDA_FN uint32_t gda_post_rw(struct gda_sq *sq, uint8_t opcode, uint64_t laddr, uint32_t lkey,
                             uint64_t raddr, uint32_t rkey, uint32_t len, int signaled)
 {
-    uint32_t idx = sq->pi;
-    gda_raddr(sq, idx, 16, raddr, rkey);
-    gda_data(sq, idx, 32, laddr, lkey, len);
-    gda_ctrl(sq, idx, opcode, 3, signaled ? GDA_CTRL_CQ_UPDATE : 0);
-    sq->pi = idx + 1;
+    uint32_t idx = sq->pi, o = gda_av(sq, idx), ds = 3 + sq->av_ds;
+    gda_raddr(sq, idx, o, raddr, rkey);
+    gda_data(sq, idx, o + 16, laddr, lkey, len);
+    gda_ctrl(sq, idx, opcode, (uint8_t)ds, signaled ? GDA_CTRL_CQ_UPDATE : 0);
+    sq->pi = idx + gda_nbb(ds);
     return idx;
 }
 
@@ -115,12 +136,12 @@ GDA_FN uint32_t gda_post_rw(struct gda_sq *sq, uint8_t opcode, uint64_t laddr, u
 GDA_FN uint32_t gda_post_writev(struct gda_sq *sq, uint64_t laddr, uint32_t lkey, uint32_t stride,
                                 uint64_t raddr, uint32_t rkey, uint32_t len, uint32_t n, int signaled)
 {
-    uint32_t idx = sq->pi, ds = 2 + n;
-    gda_raddr(sq, idx, 16, raddr, rkey);
+    uint32_t idx = sq->pi, o = gda_av(sq, idx), ds = 2 + n + sq->av_ds;
+    gda_raddr(sq, idx, o, raddr, rkey);
     for (uint32_t i = 0; i < n; i++)
-        gda_data(sq, idx, 32 + 16 * i, laddr + (uint64_t)i * stride, lkey, len);
+        gda_data(sq, idx, o + 16 + 16 * i, laddr + (uint64_t)i * stride, lkey, len);
     gda_ctrl(sq, idx, GDA_OP_RDMA_WRITE, (uint8_t)ds, signaled ? GDA_CTRL_CQ_UPDATE : 0);
-    sq->pi = idx + (ds * 16 + 63) / 64;
+    sq->pi = idx + gda_nbb(ds);
     return idx;
 }
 
@@ -128,13 +149,13 @@ GDA_FN uint32_t gda_post_writev(struct gda_sq *sq, uint64_t laddr, uint32_t lkey
 GDA_FN uint32_t gda_post_write_inline(struct gda_sq *sq, uint64_t value, uint32_t len,
                                       uint64_t raddr, uint32_t rkey, int signaled)
 {
-    uint32_t idx = sq->pi;
-    gda_raddr(sq, idx, 16, raddr, rkey);
+    uint32_t idx = sq->pi, o = gda_av(sq, idx), ds = 3 + sq->av_ds;
+    gda_raddr(sq, idx, o, raddr, rkey);
     /* byte_count | INLINE, then the value's bytes in memory order (little-endian) */
-    gda_st128(gda_seg(sq, idx, 32), gda_bswap32(GDA_INLINE_SEG | len), (uint32_t)value,
+    gda_st128(gda_seg(sq, idx, o + 16), gda_bswap32(GDA_INLINE_SEG | len), (uint32_t)value,
               (uint32_t)(value >> 32), 0);
-    gda_ctrl(sq, idx, GDA_OP_RDMA_WRITE, 3, signaled ? GDA_CTRL_CQ_UPDATE : 0);
-    sq->pi = idx + 1;
+    gda_ctrl(sq, idx, GDA_OP_RDMA_WRITE, (uint8_t)ds, signaled ? GDA_CTRL_CQ_UPDATE : 0);
+    sq->pi = idx + gda_nbb(ds);
     return idx;
 }
 
@@ -143,12 +164,12 @@ GDA_FN uint32_t gda_post_write_inline(struct gda_sq *sq, uint64_t value, uint32_
 GDA_FN uint32_t gda_post_fadd(struct gda_sq *sq, uint64_t laddr, uint32_t lkey, uint64_t raddr,
                               uint32_t rkey, uint64_t add, int signaled)
 {
-    uint32_t idx = sq->pi;
-    gda_raddr(sq, idx, 16, raddr, rkey);
-    gda_st128(gda_seg(sq, idx, 32), gda_hi(add), gda_lo(add), 0, 0);
-    gda_data(sq, idx, 48, laddr, lkey, 8);
-    gda_ctrl(sq, idx, GDA_OP_ATOMIC_FA, 4, signaled ? GDA_CTRL_CQ_UPDATE : 0);
-    sq->pi = idx + 1;
+    uint32_t idx = sq->pi, o = gda_av(sq, idx), ds = 4 + sq->av_ds;
+    gda_raddr(sq, idx, o, raddr, rkey);
+    gda_st128(gda_seg(sq, idx, o + 16), gda_hi(add), gda_lo(add), 0, 0);
+    gda_data(sq, idx, o + 32, laddr, lkey, 8);
+    gda_ctrl(sq, idx, GDA_OP_ATOMIC_FA, (uint8_t)ds, signaled ? GDA_CTRL_CQ_UPDATE : 0);
+    sq->pi = idx + gda_nbb(ds);
     return idx;
 }
 

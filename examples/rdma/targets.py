@@ -14,6 +14,8 @@ TARGETS = [
            cflags=_CFLAGS, libs=["ibverbs"]),
     Target(out="bin/ud_ops", sources=["examples/rdma/ud_ops.c"], kind="exe",
            cflags=_CFLAGS, libs=["ibverbs", "mlx5"]),
+    Target(out="bin/dc_ops", sources=["examples/rdma/dc_ops.c"], kind="exe",
+           cflags=_CFLAGS, libs=["ibverbs", "mlx5"]),
     Target(out="bin/write_imm", sources=["examples/rdma/write_imm.c"], kind="exe",
            cflags=_CFLAGS, libs=["ibverbs"]),
 ]

@@ -6,6 +6,7 @@
  *
  * Formatters for QP state changes also update the live QP table (remote qpn), which aggregate
  * totals and `top` use. */
+#include <infiniband/mlx5dv.h>
 #include <infiniband/verbs.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -145,6 +146,29 @@ ST_EXPORT int st_vfmt_qp_create(char *buf, size_t n, struct ibv_qp *qp, const st
            "\"recv_cq\":%llu,\"srq\":%llu", U(qp->context), U(qp->pd), U(qp), qp->qp_num,
            st_qp_type_name(qp->qp_type), U(qp->send_cq), U(qp->recv_cq), U(qp->srq));
     if (a)
+        st_put(buf, n, &o, ",\"max_send_wr\":%u,\"max_recv_wr\":%u,\"max_send_sge\":%u,\"max_recv_sge\":%u,"
+               "\"max_inline_data\":%u,\"sq_sig_all\":%d", a->cap.max_send_wr, a->cap.max_recv_wr,
+               a->cap.max_send_sge, a->cap.max_recv_sge, a->cap.max_inline_data, a->sq_sig_all);
+    return st_done(buf, n, o);
+}
+
+/* mlx5dv_create_qp: a qp_create whose type, for DC, is the DC role (DCI, DCT) and, for a
+ * DCT, its access key (what DCIs must name). */
+ST_EXPORT int st_vfmt_mlx5dv_qp_create(char *buf, size_t n, struct ibv_qp *qp, const struct ibv_qp_init_attr_ex *a,
+                                       const struct mlx5dv_qp_init_attr *dv)
+{
+    size_t o = 0;
+    int dc = dv && (dv->comp_mask & MLX5DV_QP_INIT_ATTR_MASK_DC);
+    int dct = dc && dv->dc_init_attr.dc_type == MLX5DV_DCTYPE_DCT;
+    if (!qp)
+        return 0;
+    st_live_qp(qp->qp_num, 1, ST_QPF_VERBS);
+    st_put(buf, n, &o, "\"ctx\":%llu,\"pd\":%llu,\"qp\":%llu,\"qpn\":%u,\"type\":\"%s\",\"send_cq\":%llu,"
+           "\"recv_cq\":%llu,\"srq\":%llu", U(qp->context), U(qp->pd), U(qp), qp->qp_num,
+           dc ? (dct ? "DCT" : "DCI") : st_qp_type_name(qp->qp_type), U(qp->send_cq), U(qp->recv_cq), U(qp->srq));
+    if (dct)
+        st_put(buf, n, &o, ",\"dc_key\":%llu", (unsigned long long)dv->dc_init_attr.dct_access_key);
+    if (a && !dct)
         st_put(buf, n, &o, ",\"max_send_wr\":%u,\"max_recv_wr\":%u,\"max_send_sge\":%u,\"max_recv_sge\":%u,"
                "\"max_inline_data\":%u,\"sq_sig_all\":%d", a->cap.max_send_wr, a->cap.max_recv_wr,
                a->cap.max_send_sge, a->cap.max_recv_sge, a->cap.max_inline_data, a->sq_sig_all);

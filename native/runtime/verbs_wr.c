@@ -6,11 +6,17 @@
  *
  * The calling thread collects the work requests between wr_start and wr_complete; wr_complete
  * is the "post": counts in every mode, one POST_SEND record in simple mode, one SEND_WR (and
- * ATOMIC_ARGS) per work request in full mode.  wr_abort discards the batch. */
+ * ATOMIC_ARGS) per work request in full mode.  wr_abort discards the batch.
+ *
+ * A DCI's work requests name their DCT through mlx5dv_wr_set_dc_addr, a function of the QP's
+ * struct mlx5dv_qp_ex (mlx5dv_qp_ex_from_ibv_qp_ex), hooked the same way: in full mode the
+ * SEND_WR carries the DCT number in aux32 and a WQE_AV continuation its number and key. */
 #include <arpa/inet.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include <infiniband/mlx5dv.h>
 
 #include "cpu_sq_table.h"
 #include "verbs_hot.h"
@@ -18,9 +24,10 @@
 #define ST_WR_BATCH 256 /* work requests kept per batch; more are counted, their records dropped */
 
 struct st_wr {
-    uint8_t op, flags, sges;
+    uint8_t op, flags, sges, has_av;
     uint32_t rkey, imm;
     uint64_t raddr, wr_id, bytes, compare, swap;
+    uint64_t dc_key;    /* has_av: the DCT's access key (imm: its number) */
 };
 
 struct st_wr_batch {
@@ -167,6 +174,17 @@ static void st_wr_post(struct st_thread *t, struct st_wr_batch *b, struct ibv_qp
         r->extra = w->wr_id;
         r->aux32 = w->imm;
         st_rec_commit(t, r);
+        if (w->has_av) {
+            r = st_rec_reserve(t);
+            if (!r)
+                return;
+            memset(r, 0, offsetof(struct st_record, seq));
+            r->ts = b->ts;
+            st_rec_word1(r, ST_REC_WQE_AV, ST_F_CONT, w->op, 0, qpn);
+            r->aux32 = w->imm;
+            r->extra = w->dc_key;
+            st_rec_commit(t, r);
+        }
         if (w->op == IBV_WR_ATOMIC_CMP_AND_SWP || w->op == IBV_WR_ATOMIC_FETCH_AND_ADD) {
             r = st_rec_reserve(t);
             if (!r)
@@ -409,6 +427,86 @@ static void *const st_wr_hooks[W_COUNT] = {
     [W_SGE_LIST] = st_wr_sge_list, [W_ATOMIC_WRITE] = st_wr_atomic_write,
 };
 
+/* ---- mlx5dv_qp_ex: the DC address of a DCI's work request ---- */
+
+struct st_dvx_entry {
+    struct mlx5dv_qp_ex *dvx; /* NULL: free; (void *)1: forgotten */
+    struct ibv_qp_ex *qpx;
+    void *orig;               /* wr_set_dc_addr */
+};
+
+#define ST_DVX_MAX 1024 /* power of two */
+static struct st_dvx_entry st_dvx[ST_DVX_MAX];
+
+static inline struct st_dvx_entry *st_dvx_of(struct mlx5dv_qp_ex *dvx)
+{
+    for (uint32_t n = 0, i = st_qpx_hash(dvx) & (ST_DVX_MAX - 1); n < ST_DVX_MAX; n++, i = (i + 1) & (ST_DVX_MAX - 1)) {
+        struct mlx5dv_qp_ex *k = __atomic_load_n(&st_dvx[i].dvx, __ATOMIC_ACQUIRE);
+        if (k == dvx)
+            return &st_dvx[i];
+        if (!k)
+            return NULL;
+    }
+    return NULL;
+}
+
+static void st_dv_set_dc_addr(struct mlx5dv_qp_ex *dvx, struct ibv_ah *ah, uint32_t dctn, uint64_t key)
+{
+    struct st_dvx_entry *e = st_dvx_of(dvx);
+    if (ST_UNLIKELY(!e))
+        return; /* cannot happen: the slot points here only while the entry exists */
+    ((void (*)(struct mlx5dv_qp_ex *, struct ibv_ah *, uint32_t, uint64_t))e->orig)(dvx, ah, dctn, key);
+    struct st_wr *w = st_wr_last(e->qpx);
+    if (w) {
+        w->imm = dctn & 0xffffff;
+        w->dc_key = key;
+        w->has_av = 1;
+    }
+}
+
+/* mlx5dv_qp_ex_from_ibv_qp_ex returned `dvx` for `qpx`: hook its wr_set_dc_addr.  1 when
+ * hooked (or already), 0 if not. */
+ST_EXPORT int st_verbs_hook_dv_qp_ex(struct ibv_qp_ex *qpx, struct mlx5dv_qp_ex *dvx)
+{
+    if (!qpx || !dvx || !st_recording() || !dvx->wr_set_dc_addr)
+        return 0;
+    if (dvx->wr_set_dc_addr == st_dv_set_dc_addr)
+        return 1;
+    pthread_mutex_lock(&st_qpx_lock);
+    struct st_dvx_entry *e = st_dvx_of(dvx);
+    for (uint32_t n = 0, i = st_qpx_hash(dvx) & (ST_DVX_MAX - 1); !e && n < ST_DVX_MAX; n++, i = (i + 1) & (ST_DVX_MAX - 1))
+        if ((uintptr_t)st_dvx[i].dvx <= 1)
+            e = &st_dvx[i];
+    if (!e) {
+        pthread_mutex_unlock(&st_qpx_lock);
+        st_error("verbs", "more than %d DC QPs with mlx5dv_qp_ex: QP %u's DC addresses not traced", ST_DVX_MAX,
+                 qpx->qp_base.qp_num);
+        return 0;
+    }
+    e->qpx = qpx;
+    e->orig = (void *)dvx->wr_set_dc_addr;
+    __atomic_store_n(&e->dvx, dvx, __ATOMIC_RELEASE);
+    __atomic_store_n((void **)&dvx->wr_set_dc_addr, (void *)st_dv_set_dc_addr, __ATOMIC_RELEASE);
+    pthread_mutex_unlock(&st_qpx_lock);
+    return 1;
+}
+
+/* Puts E's original back (st_qpx_lock held) and forgets it. */
+static void st_unhook_dvx(struct st_dvx_entry *e)
+{
+    void *expect = (void *)st_dv_set_dc_addr;
+    __atomic_compare_exchange_n((void **)&e->dvx->wr_set_dc_addr, &expect, e->orig, 0, __ATOMIC_ACQ_REL,
+                                __ATOMIC_ACQUIRE);
+    __atomic_store_n(&e->dvx, (struct mlx5dv_qp_ex *)(uintptr_t)1, __ATOMIC_RELEASE);
+}
+
+static void st_unhook_dvx_of(struct ibv_qp_ex *qpx)
+{
+    for (uint32_t i = 0; i < ST_DVX_MAX; i++)
+        if ((uintptr_t)st_dvx[i].dvx > 1 && (qpx == NULL || st_dvx[i].qpx == qpx))
+            st_unhook_dvx(&st_dvx[i]);
+}
+
 /* Point the work-request functions of `qpx` at our hooks.  A QP without wr_start/wr_complete
  * (the provider does not offer the API) is left alone.  Returns the number of slots hooked. */
 ST_EXPORT int st_verbs_hook_qp_ex(struct ibv_qp_ex *qpx)
@@ -474,6 +572,7 @@ ST_EXPORT void st_verbs_forget_qp(struct ibv_qp *qp)
         st_unhook_qpx(e);
         __atomic_store_n(&e->qpx, (struct ibv_qp_ex *)(uintptr_t)1, __ATOMIC_RELEASE); /* a tombstone */
     }
+    st_unhook_dvx_of((struct ibv_qp_ex *)qp);
     pthread_mutex_unlock(&st_qpx_lock);
 }
 
@@ -483,5 +582,6 @@ void st_verbs_wr_restore_all(void)
     for (uint32_t i = 0; i < ST_QPX_MAX; i++)
         if ((uintptr_t)st_qpx[i].qpx > 1)
             st_unhook_qpx(&st_qpx[i]);
+    st_unhook_dvx_of(NULL);
     pthread_mutex_unlock(&st_qpx_lock);
 }

@@ -132,6 +132,7 @@ int wqe_parse(const uint8_t *ring, uint32_t slots, uint64_t idx, uint64_t limit,
         w->has_av = 1;
         w->dc_key = wqe_be64(av);
         w->av_qpn = dqp & 0xffffff;
+        w->av_lid = (uint16_t)((av[14] << 8) | av[15]); /* rlid, big-endian */
         off += (dqp & MLX5_EXTENDED_AV) ? 48 : 16;
     }
     if (has_remote_address(w->opcode) && off + 16 <= end) {

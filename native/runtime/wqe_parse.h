@@ -114,6 +114,7 @@ struct wqe_info {
     uint64_t swap_mask, compare_mask; /* masked CS; masked FA: swap_mask is the field boundary */
     uint32_t av_qpn;   /* DC target / UD remote qpn */
     uint64_t dc_key;
+    uint16_t av_lid;   /* the address vector's destination LID */
     uint32_t nseg;
     struct wqe_seg seg[WQE_MAX_SEGS];
 };

@@ -112,6 +112,7 @@ static void emit_wqe(struct wqe_rec *r, const struct wqe_info *w, uint64_t ts)
         av.qpn = r->qpn;
         av.aux32 = w->av_qpn;
         av.extra = w->dc_key;
+        av.key = w->av_lid;
         db_emit(&av);
     }
     if (w->has_atomic) {

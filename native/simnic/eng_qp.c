@@ -63,6 +63,9 @@ void sn_eqp_reset(struct sn_engine *eng, struct sn_eqp *q)
     q->nak_wait = q->in_active = q->in_have_rwqe = 0;
     q->retries = q->rnr_retries = 0;
     q->rnr_until_ns = 0;
+    q->dc_cur_key = 0;
+    if (q->type == SN_QPT_DCT)
+        sn_dc_forget_conns(eng, q);
 }
 
 void sn_eqp_to_error(struct sn_engine *eng, struct sn_eqp *q)
@@ -71,6 +74,8 @@ void sn_eqp_to_error(struct sn_engine *eng, struct sn_eqp *q)
 
     sn_resp_forget(eng, q);
     atomic_store(&q->state, IBV_QPS_ERR);
+    if (q->type == SN_QPT_DCT)
+        sn_dc_forget_conns(eng, q);     /* its DCIs' requests go unanswered from now on */
     q->rnr_until_ns = 0;
     q->in_active = 0;
     q->in_have_rwqe = 0;

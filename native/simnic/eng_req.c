@@ -6,6 +6,11 @@
  * unacknowledged WQE and resend (go-back-N), up to retry_cnt / rnr_retry times.  UC messages
  * complete as soon as they are handed to the peer, and so do UD datagrams, each sent to the
  * port its WQE's address vector names.
+ *
+ * A DCI is an RC requester whose connection each WQE names: its address vector gives the DCT
+ * (port, DCT number, access key).  When a WQE names another DCT than the one connected, the
+ * DCI waits until everything sent on the connection has completed, then opens the new one
+ * (SN_MSG_DC_CONNECT, carrying the key the DCT checks) and sends on.
  */
 #include <errno.h>
 #include <stdlib.h>
@@ -114,13 +119,34 @@ static uint32_t parse_datagram(struct sn_eqp *q, struct sn_swqe *w, const uint8_
     return 1 + avds;
 }
 
+/* DC: the address vector after the control segment (16 bytes, or 48 with
+ * MLX5_EXTENDED_UD_AV): DCT number, access key, LID and, in the long form, the GRH.  Returns
+ * its 16-byte units, 0 when the WQE is too short to hold it. */
+static uint32_t parse_dc_av(struct sn_swqe *w, const uint8_t *seg, uint32_t ds)
+{
+    const struct mlx5_wqe_av *av = (const void *)seg;
+    uint32_t dqp = be32toh(av->dqp_dct);
+    uint32_t avds = (dqp & MLX5_EXTENDED_UD_AV) ? 3 : 1;
+
+    if (ds < 1 + avds)
+        return 0;
+    w->ud_dqpn = dqp & 0xffffff;
+    w->dc_key = be64toh(av->key.dc_key);
+    w->ud_dlid = be16toh(av->rlid);
+    if (avds == 3 && (be32toh(av->grh_gid_fl) & (1u << 30))) {
+        w->ud_grh = 1;
+        memcpy(w->ud_dgid, av->rgid, 16);
+    }
+    return avds;
+}
+
 /* Parses the WQE at q->sq_parsed into its swqe record. */
 static struct sn_swqe *parse_wqe(struct sn_engine *eng, struct sn_eqp *q)
 {
     uint8_t raw[64 * 16];
     struct sn_swqe *w = sn_swqe_at(q, q->sq_parsed);
     struct mlx5_wqe_ctrl_seg *ctrl = (struct mlx5_wqe_ctrl_seg *)raw;
-    uint32_t w0, w1, ds, nbb, fixed, i;
+    uint32_t w0, w1, ds, nbb, fixed, i, avds = 0;
     uint8_t *seg;
     int write_local = 0;
 
@@ -152,6 +178,13 @@ static struct sn_swqe *parse_wqe(struct sn_engine *eng, struct sn_eqp *q)
         goto out;
     }
     seg = raw + sizeof(*ctrl);
+    if (q->type == SN_QPT_DCI && w->opcode != MLX5_OPCODE_NOP) {
+        if ((avds = parse_dc_av(w, seg, ds)) == 0) {
+            w->err = MLX5_CQE_SYNDROME_LOCAL_QP_OP_ERR;
+            goto out;
+        }
+        seg += avds * 16;
+    }
     if (q->type == SN_QPT_UD) {
         if ((fixed = parse_datagram(q, w, seg, ds)) == 0) {
             w->err = MLX5_CQE_SYNDROME_LOCAL_QP_OP_ERR;
@@ -213,6 +246,7 @@ static struct sn_swqe *parse_wqe(struct sn_engine *eng, struct sn_eqp *q)
         w->err = MLX5_CQE_SYNDROME_LOCAL_QP_OP_ERR;
         goto out;
     }
+    fixed += avds;
     if (ds < fixed) {
         w->err = MLX5_CQE_SYNDROME_LOCAL_QP_OP_ERR;
         goto out;
@@ -442,7 +476,7 @@ int sn_req_handle_resp(struct sn_engine *eng, struct sn_peer *p, const struct sn
     struct sn_eqp *q = sn_engine_find_qp(eng, m->dst_qpn);
     struct sn_swqe *w;
 
-    if (!q || q->type != SN_QPT_RC || q->state != IBV_QPS_RTS || q->peer != p ||
+    if (!q || !sn_qpt_reliable(q->type) || q->state != IBV_QPS_RTS || q->peer != p ||
         q->dest_qpn != m->src_qpn)
         return 0;       /* stale (QP reset or destroyed): dropped as hardware would */
     switch (m->type) {
@@ -669,6 +703,51 @@ static int tx_ud(struct sn_engine *eng, struct sn_eqp *q, struct sn_swqe *w)
     return 1;
 }
 
+/* DCI: makes the connection W names the DCI's own, opening it when it is another one.
+ * Returns 1 when W may be sent, 0 to wait (earlier WQEs of the old connection are not yet
+ * complete, or the ring is full), -1 when W's DCT cannot be reached (completed in error). */
+static int dc_route(struct sn_engine *eng, struct sn_eqp *q, struct sn_swqe *w)
+{
+    uint16_t lid = w->ud_dlid;
+    struct sn_owner owner;
+    struct sn_peer *p;
+    struct sn_msg *m;
+
+    if (w->ud_grh && sn_fabric_lookup(0, w->ud_dgid, &lid, &owner))
+        lid = 0;
+    p = lid ? sn_peer_get(eng, lid) : NULL;
+    if (p && p == q->peer && q->dest_qpn == w->ud_dqpn && q->dc_cur_key == w->dc_key)
+        return 1;
+    if (q->sq_acked != q->sq_tx)
+        return 0;       /* the old connection drains first */
+    if (!p || p->dead || !w->ud_dqpn) {
+        /* no port answers at that address: as a requester whose retries ran out */
+        q->sq_tx += w->nbb;
+        q->tx_off = 0;
+        fail_oldest(eng, q, MLX5_CQE_SYNDROME_TRANSPORT_RETRY_EXC_ERR);
+        return -1;
+    }
+    m = sn_ring_reserve(&p->req, 0);
+    if (!m)
+        return 0;
+    memset(m, 0, sizeof(*m));
+    m->type = SN_MSG_DC_CONNECT;
+    m->flags = SN_FIRST | SN_LAST;
+    m->src_qpn = q->qpn;
+    m->dst_qpn = w->ud_dqpn;
+    m->psn = w->psn;
+    m->src_lid = eng->lid;
+    m->arg0 = w->dc_key;
+    p->req_dirty = 1;
+    eng->n_msgs_tx++;
+    q->peer = p;
+    q->dest_qpn = w->ud_dqpn;
+    q->dc_cur_key = w->dc_key;
+    q->retries = q->rnr_retries = 0;
+    q->progress_ns = eng->now_ns;
+    return 1;
+}
+
 /* Sends what was posted on Q, as far as the peer's ring takes it. */
 static int progress_qp(struct sn_engine *eng, struct sn_eqp *q)
 {
@@ -678,7 +757,8 @@ static int progress_qp(struct sn_engine *eng, struct sn_eqp *q)
         sn_flush_qp(eng, q);
         return 0;
     }
-    if (q->state != IBV_QPS_RTS || (!q->peer && q->type != SN_QPT_UD))
+    if (q->state != IBV_QPS_RTS ||
+        (!q->peer && q->type != SN_QPT_UD && q->type != SN_QPT_DCI))
         return 0;       /* SQD/SQE/RTR: posted WQEs wait; hardware would too */
     if (q->rnr_until_ns) {
         if (eng->now_ns < q->rnr_until_ns)
@@ -705,6 +785,14 @@ static int progress_qp(struct sn_engine *eng, struct sn_eqp *q)
             fail_oldest(eng, q, w->err);
             return work + 1;
         }
+        if (q->type == SN_QPT_DCI && w->opcode != MLX5_OPCODE_NOP && q->tx_off == 0) {
+            int r = dc_route(eng, q, w);
+
+            if (r < 0)
+                return work + 1;
+            if (r == 0)
+                break;
+        }
         if (w->opcode != MLX5_OPCODE_NOP &&
             !(q->type == SN_QPT_UD ? tx_ud(eng, q, w) : tx_wqe(eng, q, w)))
             break;
@@ -719,12 +807,12 @@ static int progress_qp(struct sn_engine *eng, struct sn_eqp *q)
         q->sq_tx += w->nbb;
         q->tx_off = 0;
         work++;
-        if (q->type != SN_QPT_RC || w->opcode == MLX5_OPCODE_NOP) {
+        if (!sn_qpt_reliable(q->type) || w->opcode == MLX5_OPCODE_NOP) {
             /* UC, UD: handed to the wire is done; a NOP has nothing to send */
             while (q->sq_acked != q->sq_tx) {
                 struct sn_swqe *o = sn_swqe_at(q, q->sq_acked);
 
-                if (o->opcode != MLX5_OPCODE_NOP && q->type == SN_QPT_RC)
+                if (o->opcode != MLX5_OPCODE_NOP && sn_qpt_reliable(q->type))
                     break;
                 complete_oldest(eng, q, 0);
             }
@@ -758,11 +846,11 @@ int sn_req_timers(struct sn_engine *eng)
 
         if (q->state != IBV_QPS_RTS || !p || q->rnr_until_ns)
             continue;
-        outstanding = q->type == SN_QPT_RC && q->sq_acked != q->sq_tx;
+        outstanding = sn_qpt_reliable(q->type) && q->sq_acked != q->sq_tx;
         blocked = q->sq_tx != q->sq_pi;         /* the peer's ring is full */
         if (!outstanding && !blocked)
             continue;
-        to = q->type == SN_QPT_RC ? ack_timeout_ns(q->timeout) : 0;
+        to = sn_qpt_reliable(q->type) ? ack_timeout_ns(q->timeout) : 0;
         idle = eng->now_ns - q->progress_ns;
         if ((idle > 100000000ull || (to && idle > to)) &&
             eng->now_ns - p->checked_ns > 50000000ull) {

@@ -10,6 +10,9 @@
  *
  * UD datagrams are not checked against a connection: any sender may reach a UD QP in RTR or
  * RTS whose Q_Key it names; what cannot be placed is dropped, and nothing is answered.
+ *
+ * A DCT is reached by any DCI that names it with its access key: each DCI's requests are
+ * answered as an RC responder answers them, from a responder context of the DCT's (below).
  */
 #include <errno.h>
 #include <stdlib.h>
@@ -271,6 +274,13 @@ static int responder_error(struct sn_engine *eng, struct sn_eqp *q, const struct
     q->in_active = 0;
     q->in_have_rwqe = 0;
     if (q->type == SN_QPT_RC) {
+        if (q->dc_parent) {
+            /* a DC connection: this DCI's requests are refused until it reconnects; the
+             * DCT itself stays ready for the others */
+            sn_resp_forget(eng, q);
+            atomic_store(&q->state, IBV_QPS_ERR);
+            return 1;
+        }
         sn_eqp_to_error(eng, q);
         if ((int)ev >= 0)       /* errors a receive completion reports need no event */
             sn_async_event(eng, q, ev);
@@ -587,6 +597,80 @@ static int on_ud(struct sn_engine *eng, struct sn_eqp *q, const struct sn_msg *m
     return 1;
 }
 
+/* ---- DC: the responder contexts of a DCT ------------------------------------------------------ */
+
+/* A DCT answers each DCI that connected to it from a responder context of its own: an RC
+ * responder (PSNs, duplicates, ACK coalescing, NAKs) bound to that DCI, with the DCT's number,
+ * PD, access rights, SRQ and CQ.  It is created by the DCI's connect message and reset by the
+ * next one (a DCI reconnects after it went to another DCT); one whose key was wrong stays in
+ * the error state, so that the connection's requests are dropped until the DCI reconnects.
+ * The DCI then sees no answer and fails as a ConnectX requester does (retries exhausted). */
+static struct sn_eqp *dc_conn_of(struct sn_eqp *dct, const struct sn_peer *p, uint32_t dci)
+{
+    for (struct sn_eqp *c = dct->dc_conns; c; c = c->dc_next)
+        if (c->peer == p && c->dest_qpn == dci)
+            return c;
+    return NULL;
+}
+
+static int dc_connect(struct sn_engine *eng, struct sn_eqp *dct, const struct sn_msg *m,
+                      struct sn_peer *p)
+{
+    int state = atomic_load_explicit(&dct->state, memory_order_relaxed);
+    struct sn_eqp *c;
+
+    if (state < IBV_QPS_RTR || state == IBV_QPS_ERR)
+        return 1;       /* not ready: dropped */
+    c = dc_conn_of(dct, p, m->src_qpn);
+    if (!c) {
+        c = calloc(1, sizeof(*c));
+        if (!c) {
+            eng->n_errors++;
+            return 1;
+        }
+        c->dc_parent = dct;
+        c->peer = p;
+        c->dest_qpn = m->src_qpn;
+        c->async_fd = -1;
+        c->dc_next = dct->dc_conns;
+        dct->dc_conns = c;
+    }
+    sn_resp_forget(eng, c);
+    c->type = SN_QPT_RC;
+    c->qpn = dct->qpn;
+    c->pdn = dct->pdn;
+    c->uidx = dct->uidx;
+    c->access = dct->access;
+    c->mtu = dct->mtu;
+    c->min_rnr_timer = dct->min_rnr_timer;
+    c->srq = dct->srq;
+    c->scq = dct->scq;
+    c->rcq = dct->rcq;
+    c->exp_psn = m->psn & PSN_MASK;
+    c->nak_wait = c->in_active = c->in_have_rwqe = 0;
+    memset(c->atomic_cache, 0xff, sizeof(c->atomic_cache));
+    if (m->arg0 != dct->dc_key) {
+        sn_dbg("DCT %#x: DCI %#x of LID %u used key %#llx", dct->qpn, m->src_qpn, p->lid,
+               (unsigned long long)m->arg0);
+        eng->n_dc_key_violations++;
+        atomic_store(&c->state, IBV_QPS_ERR);
+        return 1;
+    }
+    atomic_store(&c->state, IBV_QPS_RTR);
+    return 1;
+}
+
+void sn_dc_forget_conns(struct sn_engine *eng, struct sn_eqp *dct)
+{
+    while (dct->dc_conns) {
+        struct sn_eqp *c = dct->dc_conns;
+
+        dct->dc_conns = c->dc_next;
+        sn_resp_forget(eng, c);
+        free(c);
+    }
+}
+
 int sn_resp_handle(struct sn_engine *eng, int slot, const struct sn_msg *m, struct sn_peer *p)
 {
     struct sn_eqp *q = sn_engine_find_qp(eng, m->dst_qpn);
@@ -603,6 +687,17 @@ int sn_resp_handle(struct sn_engine *eng, int slot, const struct sn_msg *m, stru
         if (q->type != SN_QPT_UD)
             return 1;   /* a datagram for a connected QP, or the reverse: dropped */
         return on_ud(eng, q, m);
+    }
+    if (q->type == SN_QPT_DCT || m->type == SN_MSG_DC_CONNECT) {
+        if (q->type != SN_QPT_DCT)
+            return 1;   /* a DC message for another QP, or the reverse: dropped */
+        if (m->type == SN_MSG_DC_CONNECT)
+            return dc_connect(eng, q, m, p);
+        q = dc_conn_of(q, p, m->src_qpn);
+        if (!q) {
+            sn_dbg("drop for DCT %#x: DCI %#x never connected", m->dst_qpn, m->src_qpn);
+            return 1;
+        }
     }
     state = atomic_load_explicit(&q->state, memory_order_relaxed);
     if (state < IBV_QPS_RTR || state == IBV_QPS_ERR || q->peer != p ||

@@ -286,9 +286,9 @@ static struct mlx5dv_devx_obj *create_qp(struct sn_context *ctx, const void *in,
         fw_error(out, outlen, PRM_STAT_BAD_INP_LEN, 0);
         return NULL;
     }
-    if (st != PRM_QP_ST_RC || prm_get(in, PRM_QPC_NO_SQ) ||
+    if ((st != PRM_QP_ST_RC && st != PRM_QP_ST_DCI) || prm_get(in, PRM_QPC_NO_SQ) ||
         (rq_type != PRM_RQ_REGULAR && rq_type != PRM_RQ_SRQ && rq_type != PRM_RQ_ZERO_LEN)) {
-        /* RC only (no UD/DCI), with a send queue */
+        /* RC or DCI (no UD), with a send queue */
         fw_error(out, outlen, PRM_STAT_BAD_PARAM, 0x10);
         return NULL;
     }
@@ -324,7 +324,7 @@ static struct mlx5dv_devx_obj *create_qp(struct sn_context *ctx, const void *in,
     }
     q->devx = 1;
     q->direct = 1;
-    q->type = SN_QPT_RC;
+    q->type = st == PRM_QP_ST_DCI ? SN_QPT_DCI : SN_QPT_RC;
     q->pdn = prm_get(in, PRM_QPC_PD);
     q->uidx = prm_get(in, PRM_QPC_USER_INDEX);
     q->uar = uar;
@@ -484,6 +484,8 @@ static int modify_qp(struct mlx5dv_devx_obj *o, const void *in, size_t inlen, vo
             goto out;
         }
         q->access = access_of(in);
+        if (q->type == SN_QPT_DCI)
+            q->dc_key = prm_get64(in, PRM_QPC_DC_ACCESS_KEY);
         atomic_store(&q->state, IBV_QPS_INIT);
         break;
     case PRM_CMD_INIT2INIT_QP:
@@ -501,6 +503,11 @@ static int modify_qp(struct mlx5dv_devx_obj *o, const void *in, size_t inlen, vo
             goto out;
         }
         q->mtu = (uint8_t)mtu;
+        if (q->type == SN_QPT_DCI) {
+            /* no remote here: each WQE's address vector names its DCT */
+            atomic_store(&q->state, IBV_QPS_RTR);
+            break;
+        }
         q->dest_qpn = prm_get(in, PRM_QPC_REMOTE_QPN);
         q->dlid = (uint16_t)prm_get(in, PRM_QPC_PAP_RLID);
         q->is_global = (uint8_t)prm_get(in, PRM_QPC_PAP_GRH);
@@ -571,7 +578,7 @@ static int query_qp(struct mlx5dv_devx_obj *o, void *out, size_t outlen)
     fw_ok(out, outlen);
     pthread_mutex_lock(&eng->lock);
     prm_set(out, PRM_QPC_STATE, prm_state(atomic_load(&q->state)));
-    prm_set(out, PRM_QPC_ST, PRM_QP_ST_RC);
+    prm_set(out, PRM_QPC_ST, q->type == SN_QPT_DCI ? PRM_QP_ST_DCI : PRM_QP_ST_RC);
     prm_set(out, PRM_QPC_PD, q->pdn);
     prm_set(out, PRM_QPC_MTU, q->mtu);
     prm_set(out, PRM_QPC_LOG_SQ_SIZE, __builtin_ctz(q->sq_cnt));
@@ -762,7 +769,7 @@ static void general_caps(void *out)
     prm_set(out, PRM_CAP_LOG_BF_REG_SIZE, 9);       /* 512 bytes: two 256-byte halves */
     prm_set(out, PRM_CAP_MAX_WQE_SZ_SQ, SN_MAX_SQ_DESC);
     prm_set(out, PRM_CAP_MAX_WQE_SZ_RQ, SN_MAX_RQ_DESC);
-    prm_set(out, PRM_CAP_MAX_WQE_SZ_SQ_DC, 0);
+    prm_set(out, PRM_CAP_MAX_WQE_SZ_SQ_DC, SN_MAX_SQ_DESC);
     prm_set(out, PRM_CAP_LOG_MAX_PD, 23);
     prm_set(out, PRM_CAP_LOG_UAR_PAGE_SZ, 0);       /* 4 KiB */
     prm_set(out, PRM_CAP_DEVICE_FREQUENCY_MHZ, 1000);
@@ -772,7 +779,8 @@ static void general_caps(void *out)
     prm_set(out, PRM_CAP_LOG_MAX_RMP, 23);          /* shared receive queues as DevX RMPs */
     prm_set(out, PRM_CAP_BASIC_CYCLIC_RCV_WQE, 1);
     prm_set(out, PRM_CAP_UMR_MODIFY_ATOMIC_DISABLED, 1);    /* no mkeys: no indirect atomics */
-    prm_set(out, PRM_CAP_DCT, 0);                   /* no DC transport */
+    prm_set(out, PRM_CAP_DCT, 1);                   /* DC: DCIs (CREATE_QP) and DCTs (verbs) */
+    prm_set(out, PRM_CAP_COMPACT_ADDRESS_VECTOR, 1);    /* 16-byte AVs on an InfiniBand port */
 }
 
 /* The atomic capabilities: what the engine performs (eng_atomic.c), no more.  Compare-swap and

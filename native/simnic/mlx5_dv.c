@@ -134,14 +134,31 @@ SN_EXPORT struct ibv_qp *mlx5dv_create_qp(struct ibv_context *ctx, struct ibv_qp
     /* scatter-to-CQE allowed or not: the emulated NIC never scatters into CQEs, which every
      * consumer must accept (the CQE's inline-scatter bits say where the data is) */
     const uint32_t scatter = MLX5DV_QP_CREATE_ALLOW_SCATTER_TO_CQE | MLX5DV_QP_CREATE_DISABLE_SCATTER_TO_CQE;
+    const uint64_t known = MLX5DV_QP_INIT_ATTR_MASK_QP_CREATE_FLAGS | MLX5DV_QP_INIT_ATTR_MASK_DC;
+    int dc_type = 0;
+    uint64_t key = 0;
 
-    if (dv && ((dv->comp_mask & ~(uint64_t)MLX5DV_QP_INIT_ATTR_MASK_QP_CREATE_FLAGS) ||
+    if (dv && ((dv->comp_mask & ~known) ||
                ((dv->comp_mask & MLX5DV_QP_INIT_ATTR_MASK_QP_CREATE_FLAGS) &&
                 (dv->create_flags & ~scatter)))) {
-        errno = EOPNOTSUPP;     /* DC, DCI streams, mkey send ops, tunnel offloads: not emulated */
+        errno = EOPNOTSUPP;     /* DCI streams, mkey send ops, tunnel offloads: not emulated */
         return NULL;
     }
-    return sn_create_qp_ex(ctx, attr);
+    if (dv && (dv->comp_mask & MLX5DV_QP_INIT_ATTR_MASK_DC)) {
+        /* DC: an IBV_QPT_DRIVER QP, a DCI (requester) or a DCT (responder, its access key) */
+        dc_type = dv->dc_init_attr.dc_type;
+        if (attr->qp_type != IBV_QPT_DRIVER ||
+            (dc_type != MLX5DV_DCTYPE_DCI && dc_type != MLX5DV_DCTYPE_DCT)) {
+            errno = EINVAL;
+            return NULL;
+        }
+        if (dc_type == MLX5DV_DCTYPE_DCT)
+            key = dv->dc_init_attr.dct_access_key;
+    } else if (attr->qp_type == IBV_QPT_DRIVER) {
+        errno = EINVAL;
+        return NULL;
+    }
+    return sn_create_qp_dc(ctx, attr, dc_type, key);
 }
 
 SN_EXPORT struct ibv_cq_ex *mlx5dv_create_cq(struct ibv_context *ctx, struct ibv_cq_init_attr_ex *attr,

@@ -11,6 +11,7 @@
  */
 #include <errno.h>
 
+#include "sn_export.h"
 #include "sn_verbs.h"
 
 static const uint8_t g_mlx5_opcode[] = {
@@ -205,7 +206,9 @@ int sn_post_send(struct ibv_qp *ibqp, struct ibv_send_wr *wr, struct ibv_send_wr
                          ((wr->send_flags & IBV_SEND_SOLICITED) ? MLX5_WQE_CTRL_SOLICITED : 0);
         seg += sizeof(*ctrl);
         size = sizeof(*ctrl) / 16;
-        if (ibqp->qp_type == IBV_QPT_UD && !wr->wr.ud.ah) {
+        if ((ibqp->qp_type == IBV_QPT_UD && !wr->wr.ud.ah) || qp->dc_type) {
+            /* DC: work requests carry no DCT address; only the ibv_wr_* API with
+             * mlx5dv_wr_set_dc_addr posts on a DCI (as rdma-core's mlx5) */
             err = EINVAL;
             *bad = wr;
             break;
@@ -447,6 +450,15 @@ static void wqe_begin(struct sn_qp *qp, enum ibv_wr_opcode op, int raddr, uint64
     qp->wrx_op = (uint8_t)op;
     qp->wrx_data = (uint8_t *)ctrl + 16;
     qp->wrx_size = 1;
+    if (qp->dc_type == MLX5DV_DCTYPE_DCI) {
+        /* the datagram segment mlx5dv_wr_set_dc_addr fills; zero until it does, an address
+         * no DCT has (the WQE then completes in error) */
+        memset(qp->wrx_data, 0, sizeof(struct mlx5_wqe_datagram_seg));
+        qp->wrx_data += sizeof(struct mlx5_wqe_datagram_seg);
+        qp->wrx_size += sizeof(struct mlx5_wqe_datagram_seg) / 16;
+        if (qp->wrx_data == qp->sq_end)
+            qp->wrx_data = qp->sq_start;
+    }
     if (raddr) {
         set_raddr(qp->wrx_data, addr, rkey);
         qp->wrx_data += 16;
@@ -640,8 +652,117 @@ static void wr_atomic_write(struct ibv_qp_ex *q, uint32_t rkey, uint64_t addr, c
     wr_unsupported(q);
 }
 
+/* ---- mlx5dv_qp_ex: the DC address of a DCI's work request ------------------------------------- */
+
+static inline struct sn_qp *dvqp(struct mlx5dv_qp_ex *m)
+{
+    return (struct sn_qp *)((uint8_t *)m - offsetof(struct sn_qp, dvx));
+}
+
+/* rdma-core's mlx5_send_wr_set_dc_addr: the address handle's AV, the DCT number (with the
+ * extended-AV bit: the 48-byte form) and the DCT's access key, after the control segment. */
+static void dv_set_dc_addr(struct mlx5dv_qp_ex *m, struct ibv_ah *ah, uint32_t dctn, uint64_t key)
+{
+    struct sn_qp *qp = dvqp(m);
+    struct mlx5_wqe_datagram_seg *d;
+
+    if (!qp->wrx_data)
+        return;
+    if (qp->dc_type != MLX5DV_DCTYPE_DCI || !ah) {
+        wr_unsupported(&qp->qpx);
+        return;
+    }
+    d = (void *)((uint8_t *)qp->wrx_ctrl + sizeof(struct mlx5_wqe_ctrl_seg));
+    memcpy(&d->av, &((struct sn_ah *)ah)->av, sizeof(d->av));
+    d->av.dqp_dct = htobe32((dctn & 0xffffff) | MLX5_EXTENDED_UD_AV);
+    d->av.key.dc_key = htobe64(key);
+}
+
+static void dv_set_dc_addr_stream(struct mlx5dv_qp_ex *m, struct ibv_ah *ah, uint32_t dctn,
+                                  uint64_t key, uint16_t stream)
+{
+    if (stream)
+        wr_unsupported(&dvqp(m)->qpx);  /* DCI streams are not emulated */
+    else
+        dv_set_dc_addr(m, ah, dctn, key);
+}
+
+static void dv_mr_interleaved(struct mlx5dv_qp_ex *m, struct mlx5dv_mkey *k, uint32_t a, uint32_t r,
+                              uint16_t n, struct mlx5dv_mr_interleaved *d)
+{
+    wr_unsupported(&dvqp(m)->qpx);
+}
+
+static void dv_mr_list(struct mlx5dv_qp_ex *m, struct mlx5dv_mkey *k, uint32_t a, uint16_t n,
+                       struct ibv_sge *sge)
+{
+    wr_unsupported(&dvqp(m)->qpx);
+}
+
+static void dv_mkey_configure(struct mlx5dv_qp_ex *m, struct mlx5dv_mkey *k, uint8_t n,
+                              struct mlx5dv_mkey_conf_attr *a)
+{
+    wr_unsupported(&dvqp(m)->qpx);
+}
+
+static void dv_mkey_access(struct mlx5dv_qp_ex *m, uint32_t a)
+{
+    wr_unsupported(&dvqp(m)->qpx);
+}
+
+static void dv_mkey_layout_list(struct mlx5dv_qp_ex *m, uint16_t n, const struct ibv_sge *sge)
+{
+    wr_unsupported(&dvqp(m)->qpx);
+}
+
+static void dv_mkey_layout_interleaved(struct mlx5dv_qp_ex *m, uint32_t r, uint16_t n,
+                                       const struct mlx5dv_mr_interleaved *d)
+{
+    wr_unsupported(&dvqp(m)->qpx);
+}
+
+static void dv_mkey_sig_block(struct mlx5dv_qp_ex *m, const struct mlx5dv_sig_block_attr *a)
+{
+    wr_unsupported(&dvqp(m)->qpx);
+}
+
+static void dv_raw_wqe(struct mlx5dv_qp_ex *m, const void *wqe)
+{
+    wr_unsupported(&dvqp(m)->qpx);
+}
+
+static void dv_memcpy(struct mlx5dv_qp_ex *m, uint32_t dl, uint64_t da, uint32_t sl, uint64_t sa,
+                      size_t len)
+{
+    wr_unsupported(&dvqp(m)->qpx);
+}
+
+static void dv_mkey_crypto(struct mlx5dv_qp_ex *m, const struct mlx5dv_crypto_attr *a)
+{
+    wr_unsupported(&dvqp(m)->qpx);
+}
+
+SN_EXPORT struct mlx5dv_qp_ex *mlx5dv_qp_ex_from_ibv_qp_ex(struct ibv_qp_ex *q)
+{
+    return q ? &xqp(q)->dvx : NULL;
+}
+
 void sn_qp_init_send_ops(struct sn_qp *qp)
 {
+    struct mlx5dv_qp_ex *d = &qp->dvx;
+
+    d->wr_set_dc_addr = dv_set_dc_addr;
+    d->wr_set_dc_addr_stream = dv_set_dc_addr_stream;
+    d->wr_mr_interleaved = dv_mr_interleaved;
+    d->wr_mr_list = dv_mr_list;
+    d->wr_mkey_configure = dv_mkey_configure;
+    d->wr_set_mkey_access_flags = dv_mkey_access;
+    d->wr_set_mkey_layout_list = dv_mkey_layout_list;
+    d->wr_set_mkey_layout_interleaved = dv_mkey_layout_interleaved;
+    d->wr_set_mkey_sig_block = dv_mkey_sig_block;
+    d->wr_raw_wqe = dv_raw_wqe;
+    d->wr_memcpy = dv_memcpy;
+    d->wr_set_mkey_crypto = dv_mkey_crypto;
     struct ibv_qp_ex *x = &qp->qpx;
 
     x->wr_start = wr_start;

@@ -41,6 +41,8 @@ static uint32_t sq_overhead(enum ibv_qp_type t)
 
     if (t == IBV_QPT_UD)
         return ctrl + sizeof(struct mlx5_wqe_datagram_seg);
+    if (t == IBV_QPT_DRIVER)        /* a DCI: RC's, after the datagram segment */
+        return ctrl + sizeof(struct mlx5_wqe_datagram_seg) + mw_bind;
     return ctrl + mw_bind;
 }
 
@@ -88,19 +90,26 @@ static int assign_bfreg(struct sn_context *ctx, struct sn_qp *qp)
     return 0;
 }
 
+/* DC_TYPE: 0, or the mlx5dv DC type of an IBV_QPT_DRIVER QP (mlx5dv_create_qp); a DCT has
+ * no queues of its own (its receives come from its SRQ) and the access key DCT_KEY. */
 static struct ibv_qp *qp_create(struct ibv_context *c, struct ibv_pd *ibpd,
-                                struct ibv_qp_init_attr_ex *attr)
+                                struct ibv_qp_init_attr_ex *attr, int dc_type, uint64_t dct_key)
 {
     struct sn_context *ctx = to_sctx(c);
     struct sn_pd *pd = (struct sn_pd *)ibpd;
-    struct ibv_qp_cap *cap = &attr->cap;
+    struct ibv_qp_cap dct_cap = {.max_send_wr = 1, .max_send_sge = 1};
+    struct ibv_qp_cap *cap = dc_type == MLX5DV_DCTYPE_DCT ? &dct_cap : &attr->cap;
     uint32_t ovh, wqe_size, sq_bytes, rq_bytes = 0, rq_wqe = 0, rq_cnt = 0;
     struct sn_qp *qp;
     int uidx, err = ENOMEM;
 
     if (attr->qp_type != IBV_QPT_RC && attr->qp_type != IBV_QPT_UC &&
-        attr->qp_type != IBV_QPT_UD) {
-        errno = EOPNOTSUPP;     /* XRC, raw packet, DC: not emulated */
+        attr->qp_type != IBV_QPT_UD && !(attr->qp_type == IBV_QPT_DRIVER && dc_type)) {
+        errno = EOPNOTSUPP;     /* XRC, raw packet: not emulated */
+        return NULL;
+    }
+    if (dc_type == MLX5DV_DCTYPE_DCT && !attr->srq) {
+        errno = EINVAL;         /* a DCT receives into its SRQ */
         return NULL;
     }
     if (!attr->send_cq || !attr->recv_cq || cap->max_send_wr > SN_MAX_WR ||
@@ -125,8 +134,8 @@ static struct ibv_qp *qp_create(struct ibv_context *c, struct ibv_pd *ibpd,
     qp->sq_wqe_size = wqe_size;
     qp->sq_max_gs = cap->max_send_sge;
     qp->max_inline = wqe_size - ovh - (uint32_t)sizeof(struct mlx5_wqe_inl_data_seg);
-    /* receive queue geometry (calc_rq_size) */
-    if (!attr->srq) {
+    /* receive queue geometry (calc_rq_size); DC QPs have none */
+    if (!attr->srq && !dc_type) {
         rq_wqe = roundup_pow2((cap->max_recv_sge ? cap->max_recv_sge : 1) * 16);
         rq_bytes = roundup_pow2(cap->max_recv_wr ? cap->max_recv_wr : 1) * rq_wqe;
         if (rq_bytes < MLX5_SEND_WQE_BB)
@@ -165,14 +174,18 @@ static struct ibv_qp *qp_create(struct ibv_context *c, struct ibv_pd *ibpd,
     qp->pd = pd;
     qp->scq = (struct sn_cq *)attr->send_cq;
     qp->rcq = (struct sn_cq *)attr->recv_cq;
-    qp->srq = (struct sn_srq *)attr->srq;
+    qp->srq = dc_type == MLX5DV_DCTYPE_DCI ? NULL : (struct sn_srq *)attr->srq;
+    qp->dc_type = dc_type;
     qp->sq_sig_all = attr->sq_sig_all;
     qp->sq_signal_bits = attr->sq_sig_all ? MLX5_WQE_CTRL_CQ_UPDATE : 0;
     qp->send_ops = (attr->comp_mask & IBV_QP_INIT_ATTR_SEND_OPS_FLAGS) ? attr->send_ops_flags : 0;
 
     /* engine view */
-    qp->e.type = attr->qp_type == IBV_QPT_RC ? SN_QPT_RC :
+    qp->e.type = dc_type == MLX5DV_DCTYPE_DCI ? SN_QPT_DCI :
+                 dc_type == MLX5DV_DCTYPE_DCT ? SN_QPT_DCT :
+                 attr->qp_type == IBV_QPT_RC ? SN_QPT_RC :
                  attr->qp_type == IBV_QPT_UC ? SN_QPT_UC : SN_QPT_UD;
+    qp->e.dc_key = dct_key;
     qp->e.pdn = pd->pdn;
     qp->e.uidx = qp->uidx;
     qp->e.uar = qp->uar;
@@ -217,6 +230,8 @@ static struct ibv_qp *qp_create(struct ibv_context *c, struct ibv_pd *ibpd,
     if (qp->srq)
         atomic_fetch_add(&qp->srq->refs, 1);
 
+    if (dc_type == MLX5DV_DCTYPE_DCT)
+        return &qp->qpx.qp_base;        /* nothing to post: its capabilities stay as asked */
     cap->max_send_wr = qp->sq_max_post;
     cap->max_send_sge = qp->sq_max_gs;
     cap->max_inline_data = qp->max_inline;
@@ -246,13 +261,19 @@ struct ibv_qp *sn_create_qp(struct ibv_pd *pd, struct ibv_qp_init_attr *attr)
     memcpy(&ex, attr, sizeof(*attr));
     ex.comp_mask = IBV_QP_INIT_ATTR_PD;
     ex.pd = pd;
-    qp = qp_create(pd->context, pd, &ex);
+    qp = qp_create(pd->context, pd, &ex, 0, 0);
     if (qp)
         attr->cap = ex.cap;
     return qp;
 }
 
 struct ibv_qp *sn_create_qp_ex(struct ibv_context *c, struct ibv_qp_init_attr_ex *attr)
+{
+    return sn_create_qp_dc(c, attr, 0, 0);
+}
+
+struct ibv_qp *sn_create_qp_dc(struct ibv_context *c, struct ibv_qp_init_attr_ex *attr, int dc_type,
+                               uint64_t dct_key)
 {
     const uint64_t ops = IBV_QP_EX_WITH_RDMA_WRITE | IBV_QP_EX_WITH_RDMA_WRITE_WITH_IMM |
                          IBV_QP_EX_WITH_SEND | IBV_QP_EX_WITH_SEND_WITH_IMM |
@@ -267,7 +288,7 @@ struct ibv_qp *sn_create_qp_ex(struct ibv_context *c, struct ibv_qp_init_attr_ex
         errno = EOPNOTSUPP;
         return NULL;
     }
-    return qp_create(c, attr->pd, attr);
+    return qp_create(c, attr->pd, attr, dc_type, dct_key);
 }
 
 struct ibv_qp_ex *sn_qp_to_qp_ex(struct ibv_qp *ibqp)
@@ -355,6 +376,32 @@ static const struct transition *transition_of(enum ibv_qp_state cur, enum ibv_qp
     }
 }
 
+/* DC QPs (IBV_QPT_DRIVER): the transitions rdma-core's mlx5 and the kernel allow them.  A DCI
+ * goes RESET -> INIT -> RTR -> RTS with no remote (each WQE names its DCT); a DCT stops at
+ * RTR, where it answers.  Returns 0, or EINVAL. */
+static int dc_transition_ok(int dc_type, enum ibv_qp_state cur, enum ibv_qp_state next, int mask)
+{
+    int req = 0, opt = 0;
+
+    if (next == IBV_QPS_RESET || next == IBV_QPS_ERR)
+        return (mask & ~IBV_QP_STATE) ? EINVAL : 0;
+    if (cur == IBV_QPS_RESET && next == IBV_QPS_INIT) {
+        req = IBV_QP_PORT;
+        opt = IBV_QP_PKEY_INDEX | (dc_type == MLX5DV_DCTYPE_DCT ? IBV_QP_ACCESS_FLAGS : 0);
+    } else if (cur == IBV_QPS_INIT && next == IBV_QPS_RTR) {
+        opt = IBV_QP_PATH_MTU | IBV_QP_AV |
+              (dc_type == MLX5DV_DCTYPE_DCT ? IBV_QP_MIN_RNR_TIMER : 0);
+    } else if (cur == IBV_QPS_RTR && next == IBV_QPS_RTS && dc_type == MLX5DV_DCTYPE_DCI) {
+        opt = IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY | IBV_QP_SQ_PSN |
+              IBV_QP_MAX_QP_RD_ATOMIC;
+    } else {
+        return EINVAL;
+    }
+    if ((mask & req) != req || (mask & ~(req | opt | IBV_QP_STATE | IBV_QP_CUR_STATE)))
+        return EINVAL;
+    return 0;
+}
+
 /* Attribute values the kernel and the device refuse. */
 static int check_values(struct sn_qp *qp, struct ibv_qp_attr *a, int mask)
 {
@@ -389,8 +436,9 @@ static int check_values(struct sn_qp *qp, struct ibv_qp_attr *a, int mask)
     if (mask & IBV_QP_AV) {
         struct ibv_ah_attr *ah = &a->ah_attr;
 
+        /* a DC QP's AV is its own path (a DCT's source GID index): no destination in it */
         if (ah->port_num > 1 || (ah->is_global && ah->grh.sgid_index >= 128) ||
-            (!ah->is_global && !ah->dlid))
+            (!ah->is_global && !ah->dlid && !qp->dc_type))
             return EINVAL;
     }
     return 0;
@@ -411,13 +459,18 @@ int sn_modify_qp(struct ibv_qp *ibqp, struct ibv_qp_attr *attr, int mask)
     next = (mask & IBV_QP_STATE) ? attr->qp_state : cur;
     if (next > IBV_QPS_ERR || cur > IBV_QPS_ERR)
         return EINVAL;
-    t = transition_of(cur, next);
-    if (!t || t->opt[type] < 0)
-        return EINVAL;
-    if ((mask & t->req[type]) != t->req[type])
-        return EINVAL;
-    if (mask & ~(t->req[type] | t->opt[type] | IBV_QP_STATE))
-        return EINVAL;
+    if (qp->dc_type) {
+        if (dc_transition_ok(qp->dc_type, cur, next, mask))
+            return EINVAL;
+    } else {
+        t = transition_of(cur, next);
+        if (!t || t->opt[type] < 0)
+            return EINVAL;
+        if ((mask & t->req[type]) != t->req[type])
+            return EINVAL;
+        if (mask & ~(t->req[type] | t->opt[type] | IBV_QP_STATE))
+            return EINVAL;
+    }
     if ((err = check_values(qp, attr, mask)))
         return err;
 
@@ -462,8 +515,8 @@ int sn_modify_qp(struct ibv_qp *ibqp, struct ibv_qp_attr *attr, int mask)
         sn_eqp_to_error(eng, &qp->e);
         break;
     case IBV_QPS_RTR:
-        if (cur == IBV_QPS_INIT)
-            sn_eqp_connect(eng, &qp->e);
+        if (cur == IBV_QPS_INIT && !qp->dc_type)
+            sn_eqp_connect(eng, &qp->e);    /* DC: no remote of the QP's own */
         atomic_store(&qp->e.state, next);
         break;
     case IBV_QPS_RTS:
@@ -551,6 +604,8 @@ int sn_destroy_qp(struct ibv_qp *ibqp)
 
     pthread_mutex_lock(&ctx->eng->lock);
     sn_resp_forget(ctx->eng, &qp->e);
+    if (qp->e.type == SN_QPT_DCT)
+        sn_dc_forget_conns(ctx->eng, &qp->e);
     sn_engine_del_qp(ctx->eng, &qp->e);
     pthread_mutex_unlock(&ctx->eng->lock);
     sn_cq_clean(qp->rcq, qp->uidx, qp->srq);

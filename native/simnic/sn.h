@@ -175,6 +175,9 @@ struct sn_qp {
     uint32_t wrx_size;              /* 16-byte units */
     uint32_t wrx_inl;
     uint8_t wrx_op;
+    /* mlx5dv's extended send API (mlx5dv_qp_ex_from_ibv_qp_ex): DCIs set their address here */
+    struct mlx5dv_qp_ex dvx;
+    int dc_type;                    /* 0, or MLX5DV_DCTYPE_DCT / MLX5DV_DCTYPE_DCI */
 };
 
 struct sn_ah {

@@ -194,7 +194,8 @@ struct sn_swqe {
     uint32_t npsn;
     uint32_t got;                   /* READ: bytes of response received */
     uint64_t orig;                  /* ATOMIC: returned value */
-    /* UD: the address vector of the WQE's datagram segment */
+    /* UD and DC: the address vector of the WQE's datagram segment (DC: ud_dqpn is the DCT
+     * number, dc_key its access key) */
     uint32_t ud_dqpn;
     uint32_t ud_qkey;
     uint16_t ud_dlid;
@@ -202,6 +203,7 @@ struct sn_swqe {
     uint8_t ud_tclass, ud_hop_limit;
     uint32_t ud_flow_label;
     uint8_t ud_dgid[16];
+    uint64_t dc_key;
     struct sn_sge sge[];
 };
 
@@ -215,7 +217,15 @@ struct sn_rwqe {
 
 struct sn_peer;
 
-enum { SN_QPT_RC = 0, SN_QPT_UC = 1, SN_QPT_UD = 2 };
+/* DCI: a requester that reaches any DCT, the one each WQE's address vector names; DCT: the
+ * responder every DCI with its access key reaches (sn_dc_* below). */
+enum { SN_QPT_RC = 0, SN_QPT_UC = 1, SN_QPT_UD = 2, SN_QPT_DCI = 3, SN_QPT_DCT = 4 };
+
+/* RC and DCI: requests are acknowledged, retransmitted and completed in PSN order */
+static inline int sn_qpt_reliable(uint8_t type)
+{
+    return type == SN_QPT_RC || type == SN_QPT_DCI;
+}
 
 struct sn_eqp {
     uint32_t qpn;
@@ -273,6 +283,16 @@ struct sn_eqp {
     uint32_t sq_psn_init, rq_psn_init;
     uint32_t qkey;                  /* UD: datagrams with another Q_Key are dropped */
     struct sn_peer *peer;
+
+    /* DC.  DCI: the connection its WQEs use now (peer, dest_qpn = DCT number, and the key
+     * it was opened with).  DCT: its access key and the responder contexts of the DCIs that
+     * connected to it (dc_conns).  A responder context (dc_parent set) is a queue of its own,
+     * kept out of the engine's tables, that answers one DCI as an RC responder would. */
+    uint64_t dc_key;
+    uint64_t dc_cur_key;
+    struct sn_eqp *dc_conns;
+    struct sn_eqp *dc_parent;
+    struct sn_eqp *dc_next;
 
     /* responder */
     uint32_t exp_psn;
@@ -363,6 +383,7 @@ struct sn_engine {
     uint64_t n_wqes, n_msgs_tx, n_msgs_rx, n_cqes, n_sleeps, n_bad_doorbells, n_errors;
     uint64_t n_assists;
     uint64_t n_ud_dropped;          /* datagrams dropped: no receive, Q_Key, MTU, no port */
+    uint64_t n_dc_key_violations;   /* DC connections refused: the DCT has another key */
     uint32_t n_gpu_objects;         /* queues in CUDA memory: no polling assist */
     uint32_t n_direct_qps;          /* QPs with `direct` set: doorbells nobody announces */
 };
@@ -402,6 +423,9 @@ void sn_eqp_reset(struct sn_engine *eng, struct sn_eqp *q);
 void sn_eqp_to_error(struct sn_engine *eng, struct sn_eqp *q);
 int sn_eqp_alloc_tracking(struct sn_eqp *q, uint32_t max_sge);
 void sn_eqp_free_tracking(struct sn_eqp *q);
+
+/* eng_resp.c: DC responder contexts (engine lock held) */
+void sn_dc_forget_conns(struct sn_engine *eng, struct sn_eqp *dct);
 
 /* eng_req.c / eng_resp.c: one pass of the requester and responder */
 int sn_req_progress(struct sn_engine *eng);

@@ -48,6 +48,9 @@ void sn_cq_clean(struct sn_cq *cq, uint32_t qpn, struct sn_srq *srq);
 /* mlx5_qp.c */
 struct ibv_qp *sn_create_qp(struct ibv_pd *pd, struct ibv_qp_init_attr *attr);
 struct ibv_qp *sn_create_qp_ex(struct ibv_context *ctx, struct ibv_qp_init_attr_ex *attr);
+/* DC_TYPE 0 or MLX5DV_DCTYPE_*: mlx5dv_create_qp's DC QPs (IBV_QPT_DRIVER) */
+struct ibv_qp *sn_create_qp_dc(struct ibv_context *ctx, struct ibv_qp_init_attr_ex *attr, int dc_type,
+                               uint64_t dct_key);
 int sn_query_qp(struct ibv_qp *qp, struct ibv_qp_attr *attr, int mask, struct ibv_qp_init_attr *init);
 int sn_modify_qp(struct ibv_qp *qp, struct ibv_qp_attr *attr, int mask);
 int sn_destroy_qp(struct ibv_qp *qp);

@@ -30,6 +30,9 @@ enum sn_msg_type {
     SN_MSG_UD = 5,          /* a UD datagram (SEND, SEND_IMM): rkey carries the Q_Key; with a
                              * GRH, raddr = SN_UD_GRH | tclass << 32 | hop limit << 24 | flow
                              * label and arg0/arg1 the sender's GID; nothing answers it */
+    SN_MSG_DC_CONNECT = 6,  /* a DCI opens a connection to DCT dst_qpn: arg0 the DC access key,
+                             * psn the first PSN it will use; nothing answers it (a refused
+                             * connection's requests are dropped, as a DCT drops them) */
     /* responses */
     SN_MSG_ACK = 16,        /* everything up to and including psn was executed */
     SN_MSG_NAK = 17,        /* syndrome: SN_NAK_*; psn: the request refused */

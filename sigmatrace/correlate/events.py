@@ -5,7 +5,7 @@ the record fields, `ns` (realtime), `tid`, and the fields of continuation record
 the record they continue: WQE_SEG -> `nseg`, `seg_addr`, `seg_key` (first segment), `seg_bytes`
 (all segments), `inline`; WQE_ATOMIC / ATOMIC_ARGS -> `cmp`, `swp` (WQE_ATOMIC also
 `amo_size`, and for masked atomics, from the second WQE_ATOMIC, `cmp_mask`, `swp_mask`); WQE_AV ->
-`av_qpn`, `av_key`.  Continuation and CALIB records stay in the batch (nothing is copied to drop them);
+`av_qpn`, `av_key`, `av_lid`.  Continuation and CALIB records stay in the batch (nothing is copied to drop them);
 consumers pick records by type.
 
 Streams are read in chunks (bounded memory), one chunk ahead: continuations that start a chunk
@@ -28,7 +28,7 @@ CONT_TYPES = (RT.ATOMIC_ARGS, RT.WQE_SEG, RT.WQE_ATOMIC, RT.WQE_AV)
 RECORD_FIELDS = fmt.RECORD_DTYPE.names
 FOLDED = {"nseg": np.uint16, "seg_addr": np.uint64, "seg_key": np.uint32, "seg_bytes": np.uint64,
           "inline": np.bool_, "cmp": np.uint64, "swp": np.uint64, "amo_size": np.uint8, "cmp_mask": np.uint64,
-          "swp_mask": np.uint64, "av_qpn": np.uint32, "av_key": np.uint64}
+          "swp_mask": np.uint64, "av_qpn": np.uint32, "av_key": np.uint64, "av_lid": np.uint32}
 
 
 class Batch:
@@ -180,10 +180,11 @@ def _fold(recs: np.ndarray, cont: np.ndarray) -> dict[str, np.ndarray]:
         out["cmp_mask"], out["swp_mask"] = cm, sm
     av = t == RT.WQE_AV
     if av.any():
-        aq, ak = np.zeros(n, np.uint32), np.zeros(n, np.uint64)
+        aq, ak, al = np.zeros(n, np.uint32), np.zeros(n, np.uint64), np.zeros(n, np.uint32)
         aq[dst[av]] = recs["aux32"][ci[av]]
         ak[dst[av]] = recs["extra"][ci[av]]
-        out["av_qpn"], out["av_key"] = aq, ak
+        al[dst[av]] = recs["key"][ci[av]]
+        out["av_qpn"], out["av_key"], out["av_lid"] = aq, ak, al
     return out
 
 

@@ -3,8 +3,9 @@
 Volume comes from the records (POST_SEND / SEND_WR for host-posted work, WQE for GPU-posted
 work, CXI_CMD for libcxi), or from the live block's totals for processes traced in aggregate
 mode.  Each operation is attributed to its QP's endpoint and the peer the topology found; data
-flows initiator -> peer, except for reads, whose data flows peer -> initiator.  Operations whose
-peer is not in the given traces are kept apart as `unresolved`, never guessed.
+flows initiator -> peer, except for reads, whose data flows peer -> initiator.  A DCI's peer is
+the DCT each operation names (Volume.dc).  Operations whose peer is not in the given traces are
+kept apart as `unresolved`, never guessed.
 """
 from __future__ import annotations
 
@@ -86,7 +87,11 @@ def build(model: RunModel, by: str, vol: Volume | None = None) -> Matrix:
     cells: dict[tuple[str, str], list[int]] = {}
     keys: dict[str, tuple] = {}
     unresolved: dict[str, list[int]] = {}
-    for (ep, fam, op), (nops, nbytes, _, _) in vol.volume.items():
+    dci = topo.is_dci
+    rows = [((ep, None, fam, op), v[:2]) for (ep, fam, op), v in vol.volume.items()
+            if not (0 <= ep < len(dci) and dci[ep])]
+    rows += [((ep, peer, fam, op), v) for (ep, peer, fam, op), v in vol.dc.items()]
+    for (ep, dc_peer, fam, op), (nops, nbytes) in rows:
         if fam == O.FAMILY_CXI:
             k, src = lab.proc_label(-1 - ep)
             keys[src] = k
@@ -96,7 +101,10 @@ def build(model: RunModel, by: str, vol: Volume | None = None) -> Matrix:
             continue
         k, me = lab(ep)
         keys[me] = k
-        peer = int(topo.peer[ep]) if ep < len(topo.peer) else -1
+        if dc_peer is not None:
+            peer = dc_peer
+        else:
+            peer = int(topo.peer[ep]) if ep < len(topo.peer) else -1
         if peer < 0:
             acc = unresolved.setdefault(me, [0, 0])
             acc[0] += nops

@@ -105,7 +105,13 @@ class CorrelatedStream:
         ep = topo.endpoint(p.index, b["qpn"])
         ep[~O.HAS_QP[b["type"]]] = -1
         b.cols["ep"] = ep
-        b.cols["peer"] = topo.peer_of(ep)
+        peer = topo.peer_of(ep)
+        if b.has("av_qpn") and len(topo.is_dci):
+            # a DCI's operations: the DCT each one's address vector names
+            dc = (ep >= 0) & topo.is_dci[np.maximum(ep, 0)] & (b["av_qpn"] != 0)
+            if dc.any():
+                peer[dc] = topo.dc_peer(b["av_qpn"][dc], b["av_lid"][dc], b["av_key"][dc])
+        b.cols["peer"] = peer
         if matcher is not None:
             matcher.annotate(b, ep, b.cols["peer"])
 

@@ -7,6 +7,10 @@ rlid / rgid for devx).  port_info events give each context's own LID and GID.  A
 the QP with the remote number whose own port has that address; where addresses are missing or
 ambiguous, a pair of QPs naming each other is accepted.
 
+A DCI has no peer of its own: each of its operations names a DCT in its address vector (the
+records' `av_qpn`, `av_lid`, `av_key`), and `dc_peer` finds that DCT among the traced QPs by its
+number, its port's LID and its access key, per operation.
+
 The result is a table of endpoints (process, qpn) with vectorised lookups, used to label every
 operation with its destination.  It is complete when built: QPs named only by records (the
 trace set's scan lists them per stream) or only by aggregate-mode totals are in it too, so
@@ -23,8 +27,8 @@ from ..trace import live as lv
 from ..trace.reader import Problem
 from .traceset import TraceSet
 
-# QP service types that connect to exactly one remote QP
-CONNECTED = {"RC", "UC", "XRC_SEND", "XRC_RECV", "DCI"}
+# QP service types that connect to exactly one remote QP (a DCI reaches a DCT per operation)
+CONNECTED = {"RC", "UC", "XRC_SEND", "XRC_RECV"}
 RELIABLE = {"RC", "XRC_SEND", "XRC_RECV"}
 
 
@@ -47,6 +51,7 @@ class QpInfo:
     gid: str | None = None
     sq_slots: int | None = None
     sig_all: bool = False           # made with sq_sig_all: every send WR completes
+    dc_key: int | None = None       # a DCT's access key
     preexisting: bool = False       # made before tracing began (attach): its first operations unseen
     peer: int = -1                  # index of the peer endpoint, -1 if unknown
     events: list = field(default_factory=list)
@@ -131,6 +136,7 @@ class Topology:
                 q.preexisting = False
                 q.type = str(e.get("st") if devx else e.get("type") or "RC")
                 q.sig_all = bool(e.get("sq_sig_all"))
+                q.dc_key = _int(e.get("dc_key"))
                 q.ctx = _int(e.get("ctx"))
                 if q.ctx is None and _int(e.get("pd")) in pd_ctx:
                     q.ctx = pd_ctx[_int(e.get("pd"))]
@@ -286,6 +292,11 @@ class Topology:
         self.qpn_of = np.array([q.qpn for q in self.qps], dtype=np.int64).reshape(n)
         self.gpu_of = np.array([q.gpu for q in self.qps], dtype=np.int64).reshape(n)
         self.reliable = np.array([q.type in RELIABLE for q in self.qps], dtype=bool).reshape(n)
+        self.is_dci = np.array([q.type == "DCI" for q in self.qps], dtype=bool).reshape(n)
+        self._dcts: dict[int, list[int]] = defaultdict(list)
+        for i, q in enumerate(self.qps):
+            if q.type == "DCT":
+                self._dcts[q.qpn].append(i)
         self.sig_all = np.array([q.sig_all for q in self.qps], dtype=bool).reshape(n)
         # flows need the QP (and its peer) seen from its first operation on
         self.from_start = np.array([not q.preexisting for q in self.qps], dtype=bool).reshape(n)
@@ -305,6 +316,28 @@ class Topology:
         pos_c = np.minimum(pos, len(self._keys) - 1)
         hit = self._keys[pos_c] == k
         return np.where(hit, self._order[pos_c], -1).astype(np.int64)
+
+    def dc_peer(self, dct_qpn: np.ndarray, lid: np.ndarray, key: np.ndarray) -> np.ndarray:
+        """For DCI operations: the endpoint of the DCT each names (its number, the LID of its
+        port where the address vector gave one, its access key where the DCT's is known), -1
+        where none or several fit.  An operation with another key than the DCT's never reached
+        it (the DCT drops it): -1 too."""
+        out = np.full(len(dct_qpn), -1, np.int64)
+        if not self._dcts or not len(out):
+            return out
+        trip = np.stack([np.asarray(dct_qpn, np.uint64), np.asarray(lid, np.uint64),
+                         np.asarray(key, np.uint64)], axis=1)
+        u, inv = np.unique(trip, axis=0, return_inverse=True)
+        found = np.array([self._dct_of(int(n), int(l), int(k)) for n, l, k in u.tolist()], np.int64)
+        return found[inv.reshape(-1)]
+
+    def _dct_of(self, qpn: int, lid: int, key: int) -> int:
+        cands = [j for j in self._dcts.get(qpn, ())
+                 if not (lid and self.qps[j].lid) or self.qps[j].lid == lid]
+        if len(cands) != 1:
+            return -1
+        r = self.qps[cands[0]]
+        return cands[0] if r.dc_key is None or r.dc_key == key else -1
 
     def index_of(self, proc: int, qpn: int) -> int:
         return self._index.get((proc, qpn), -1)

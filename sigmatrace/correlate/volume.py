@@ -26,6 +26,7 @@ class Volume(Output):
 
     def __init__(self):
         self.volume: dict[tuple[int, int, int], list] = {}       # (ep, family, op) -> [ops, bytes, first, last]
+        self.dc: dict[tuple[int, int, int, int], list] = {}      # DCIs: (ep, DCT ep or -1, family, op) -> [ops, bytes]
         self.cxi: dict[tuple[int, int], list] = {}               # (proc, dst fabric addr) -> [ops, bytes]
         self.n_doorbells: dict[int, int] = defaultdict(int)         # ep -> doorbells
         self.lost_bbs: dict[int, int] = defaultdict(int)          # ep -> basic blocks not recovered
@@ -90,6 +91,7 @@ class Volume(Output):
                 acc[0] += int(a)
                 acc[1] += int(c)
         ep = np.where(cxi, -1 - b.proc, b["ep"][idx])
+        self._dc_volume(b, idx, ep, fam, op, ops, nbytes)
         key = ((ep.astype(np.int64) + (1 << 40)) << 16) | (fam.astype(np.int64) << 8) | op
         u, inv = np.unique(key, return_inverse=True)
         o = np.bincount(inv, weights=ops.astype(np.float64))
@@ -109,6 +111,22 @@ class Volume(Output):
                 acc[1] += int(c)
                 acc[2] = min(acc[2], f)
                 acc[3] = max(acc[3], l)
+
+    def _dc_volume(self, b, idx, ep, fam, op, ops, nbytes) -> None:
+        """A DCI's operations go to the DCT each names (the `peer` of its record), so they are
+        also counted per destination."""
+        dci = self.model.topology.is_dci
+        if not len(dci) or not b.has("peer"):
+            return
+        m = (ep >= 0) & dci[np.maximum(ep, 0)]
+        if not m.any():
+            return
+        peer = b["peer"][idx][m]
+        for e, d, f, o, k, by in zip(ep[m].tolist(), peer.tolist(), fam[m].tolist(), op[m].tolist(),
+                                     ops[m].tolist(), nbytes[m].tolist()):
+            acc = self.dc.setdefault((e, d, f, o), [0, 0])
+            acc[0] += k
+            acc[1] += by
 
     def _live(self) -> None:
         """Processes traced in aggregate mode: their live-block totals (the topology holds
