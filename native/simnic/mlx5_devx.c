@@ -789,9 +789,9 @@ static void general_caps(void *out)
  * four operations and both sizes on RC and DC. */
 #define SN_ATOMIC_OPERATIONS 0xf        /* CS 1, FA 2, masked CS 4, masked FA 8 */
 #define SN_ATOMIC_SIZES 0xc             /* 4 and 8 bytes */
-/* DC: atomics execute the same whatever transport carried them, so once the engine routes DC
- * requests this becomes SN_ATOMIC_SIZES; without a DC transport it claims nothing. */
-#define SN_ATOMIC_SIZE_DC 0x0
+/* DC: atomics execute the same whatever transport carried them (a DCT answers from an RC
+ * responder context) */
+#define SN_ATOMIC_SIZE_DC SN_ATOMIC_SIZES
 
 static void atomic_caps(void *out)
 {

@@ -74,6 +74,17 @@ struct sn_amo {
     uint64_t compare_mask;          /* plain CS: all ones */
 };
 
+/* DUMP (0x23): the device reads the local bytes its one data segment names and completes, with
+ * no request on the wire.  Not in mlx5dv.h; NVSHMEM's IBGDA posts it to make the NIC's earlier
+ * writes visible before a quiet returns. */
+#define SN_MLX5_OPCODE_DUMP 0x23
+
+/* WQEs that send nothing: they complete in order once everything before them has. */
+static inline int sn_is_local_only(uint8_t opcode)
+{
+    return opcode == MLX5_OPCODE_NOP || opcode == SN_MLX5_OPCODE_DUMP;
+}
+
 static inline int sn_is_atomic(uint8_t opcode)
 {
     return opcode == MLX5_OPCODE_ATOMIC_CS || opcode == MLX5_OPCODE_ATOMIC_FA ||
