@@ -704,6 +704,7 @@ struct ibv_context *sn_open_device(struct ibv_device *ibdev)
     v->query_device_ex = query_device_ex;
     v->create_cq_ex = sn_create_cq_ex;
     v->create_qp_ex = sn_create_qp_ex;
+    v->alloc_parent_domain = sn_alloc_parent_domain;
     v->query_rt_values = query_rt_values;
     v->get_srq_num = sn_get_srq_num;
     return c;

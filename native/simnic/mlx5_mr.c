@@ -23,12 +23,46 @@ struct ibv_pd *sn_alloc_pd(struct ibv_context *c)
     return &pd->ibpd;
 }
 
+/* A parent domain (ibv_alloc_parent_domain) stands for its protection domain: objects made on
+ * it belong to that PD (same pdn).  Its custom allocators and thread domain are not emulated:
+ * asking for them fails with EOPNOTSUPP rather than placing buffers where the program did not
+ * ask. */
+struct ibv_pd *sn_alloc_parent_domain(struct ibv_context *c, struct ibv_parent_domain_init_attr *attr)
+{
+    struct sn_pd *base, *pd;
+
+    if (!attr || !attr->pd || attr->pd->context != c || attr->td ||
+        (attr->comp_mask & ~(uint32_t)IBV_PARENT_DOMAIN_INIT_ATTR_PD_CONTEXT)) {
+        errno = (attr && attr->pd && attr->pd->context == c) ? EOPNOTSUPP : EINVAL;
+        return NULL;
+    }
+    base = (struct sn_pd *)attr->pd;
+    if (base->parent_of) {          /* a parent of a parent domain: not allowed (rdma-core) */
+        errno = EINVAL;
+        return NULL;
+    }
+    if (!(pd = calloc(1, sizeof(*pd)))) {
+        errno = ENOMEM;
+        return NULL;
+    }
+    pd->ibpd.context = c;
+    pd->ibpd.handle = base->ibpd.handle;
+    pd->pdn = base->pdn;
+    pd->parent_of = base;
+    if (attr->comp_mask & IBV_PARENT_DOMAIN_INIT_ATTR_PD_CONTEXT)
+        pd->pd_context = attr->pd_context;
+    atomic_fetch_add(&base->refs, 1);
+    return &pd->ibpd;
+}
+
 int sn_dealloc_pd(struct ibv_pd *ibpd)
 {
     struct sn_pd *pd = (struct sn_pd *)ibpd;
 
     if (atomic_load(&pd->refs))
         return EBUSY;
+    if (pd->parent_of)
+        atomic_fetch_sub(&pd->parent_of->refs, 1);
     free(pd);
     return 0;
 }

@@ -75,6 +75,8 @@ struct sn_pd {
     struct ibv_pd ibpd;
     uint32_t pdn;
     atomic_int refs;                /* MRs, QPs, SRQs, AHs using it */
+    struct sn_pd *parent_of;        /* a parent domain: the protection domain it stands for */
+    void *pd_context;               /* a parent domain's IBV_PARENT_DOMAIN_INIT_ATTR_PD_CONTEXT */
 };
 
 /* ---- verbs objects -------------------------------------------------------------------------- */
