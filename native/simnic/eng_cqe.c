@@ -82,7 +82,7 @@ static void emit(struct sn_engine *eng, struct sn_ecq *cq, struct mlx5_cqe64 *cq
             return;
         }
     }
-    slot = sn_cqe64_at(cq->buf, cq->cnt, cq->cqe_shift, cq->pi);
+    slot = sn_cqe64_at(cq->buf, cq->cnt, cq->cqe_shift, cq->collapsed ? 0 : cq->pi);
     op_own = (uint8_t)(opcode << 4) | ((cq->pi >> cq->log_cnt) & 1) | (solicited ? 2 : 0);
     if (cq->bufm.gpu) {
         /* two copies so that the owner byte lands after the rest */

@@ -240,6 +240,9 @@ static struct mlx5dv_devx_obj *create_cq(struct sn_context *ctx, const void *in,
     cq->log_cnt = log;
     cq->cqe_shift = shift;
     cq->dbrec = (__be32 *)db;
+    /* NVSHMEM's IBGDA polls one CQE written over and over and never moves the consumer index */
+    cq->collapsed = prm_get(in, PRM_CQ_IN_CC);
+    cq->ignore_overrun = prm_get(in, PRM_CQ_IN_OI) || cq->collapsed;
     cq->bufm = bm;
     cq->dbm = dm;
     o->ctx = ctx;

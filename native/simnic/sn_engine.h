@@ -152,6 +152,7 @@ struct sn_ecq {
     uint8_t armed;                  /* 1: next CQE, 2: next solicited CQE */
     uint8_t overrun;
     uint8_t ignore_overrun;         /* created so: CQEs are written whatever the consumer index */
+    uint8_t collapsed;              /* DevX cqc.cc: every CQE is written to entry 0 */
     uint8_t cqe_shift;              /* log2 CQE size: 6, or 7 (128-byte CQEs); 0 reads as 6 */
     /* events, as the owner set them up (a DevX CQ has none: ev_obj NULL) */
     void *ev_obj;                   /* the struct ibv_cq named in its events */

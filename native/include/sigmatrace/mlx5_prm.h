@@ -105,6 +105,8 @@ enum {
 /* ---- CREATE_CQ: create_cq_in, the cq_context (cqc) at bit 0x80 (byte 16) ------------------- */
 #define PRM_CQ_IN_DBR_UMEM_VALID PRM_FIELD(0x86, 1)
 #define PRM_CQ_IN_CQE_SZ PRM_FIELD(0x88, 3)		/* 0: 64-byte CQEs */
+#define PRM_CQ_IN_CC PRM_FIELD(0x8b, 1)			/* collapsed: every CQE in entry 0 */
+#define PRM_CQ_IN_OI PRM_FIELD(0x8e, 1)			/* overrun ignore */
 #define PRM_CQ_IN_DBR_UMEM_ID PRM_FIELD(0xa0, 32)	/* byte 20 */
 #define PRM_CQ_IN_LOG_CQ_SIZE PRM_FIELD(0xe3, 5)	/* byte 28, bits 28:24 */
 #define PRM_CQ_IN_UAR_PAGE PRM_FIELD(0xe8, 24)		/* byte 28, bits 23:0 */

@@ -6,7 +6,8 @@
 # was built elsewhere (the device machine has no libibverbs headers), as root (the /sys view).
 #   Usage: nvshmem.sh [probe] [trace] [bench] | all        (results under $OUT)
 # Environment: N (measured iterations, default 5000), WARMUP (default 1000), TRANSPORTS (default
-# "ibrc ibgda-gpu ibgda-cpu"), ROUNDS (benchmark rounds, default 5), WHL (wheels folder).
+# "ibrc ibgda-gpu ibgda-cpu"), ROUNDS (benchmark rounds, default 5), WHL (wheels folder), PE_TIMEOUT
+# (seconds a run of the PEs may take, default 380).
 set -uo pipefail
 what=" ${*:-all} "
 has() { [[ "$what" == *" $1 "* || "$what" == *" all "* ]]; }
@@ -41,8 +42,8 @@ run() {
   local work=/tmp/nvs-$tag traces=$OUT/traces-$tag topt=()
   rm -rf "$work" "$traces"
   [ "$trace" != off ] && topt=(--trace "$trace" --traces "$traces")
-  timeout 400 python3 -m sigmatrace.cli.main simnic run --devices 1 --fabric "nvs$$-$tag" -- \
-    python3 examples/nvshmem/run_pes.py --np 2 --work "$work" --transport "$transport" "${topt[@]}" --timeout 380 \
+  timeout $((${PE_TIMEOUT:-380} + 20)) python3 -m sigmatrace.cli.main simnic run --devices 1 --fabric "nvs$$-$tag" -- \
+    python3 examples/nvshmem/run_pes.py --np 2 --work "$work" --transport "$transport" "${topt[@]}" --timeout "${PE_TIMEOUT:-380}" \
     -- $prog -n "$N" --warmup "$WARMUP" "$@" > "$OUT/$tag.json" 2> "$OUT/$tag.log"
   local rc=$?
   echo "$tag rc=$rc $(cat "$OUT/$tag.json" 2>/dev/null | head -c 1500)"
