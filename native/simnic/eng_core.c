@@ -290,6 +290,9 @@ static int poll_doorbells(struct sn_engine *eng)
                     sn_req_doorbell(eng, q, pi & 0xffff);
                 else
                     eng->n_bad_doorbells++;
+                if (sn_debug_enabled && (!q || q->uar != u || eng->n_dbg_doorbells++ < 16))
+                    sn_dbg("doorbell %#llx on UAR page %p: qpn %#x pi %u%s", (unsigned long long)v,
+                           (void *)u->page, qpn, pi & 0xffff, !q ? " (no such QP)" : q->uar != u ? " (not its UAR)" : "");
                 /* QPs created through DevX may share this page: doorbells for
                  * them may have been overwritten; their records tell. */
                 for (struct sn_eqp *o = u->devx ? eng->qps : NULL; o; o = o->next)

@@ -92,6 +92,10 @@ static void emit(struct sn_engine *eng, struct sn_ecq *cq, struct mlx5_cqe64 *cq
         memcpy(slot, cqe, 63);
         atomic_store_explicit((_Atomic uint8_t *)&slot->op_own, op_own, memory_order_release);
     }
+    if (cq->pi < 8 || !(cq->pi & 1023))
+        sn_dbg("CQ %u: CQE %u opcode %#x wqe_counter %u syndrome %#x (WQE opcode %#x)", cq->cqn, cq->pi,
+               opcode, be16toh(cqe->wqe_counter), opcode == MLX5_CQE_REQ_ERR || opcode == MLX5_CQE_RESP_ERR ?
+               ((uint8_t *)cqe)[55] : 0, be32toh(cqe->sop_drop_qpn) >> 24);
     cq->pi++;
     eng->n_cqes++;
     /* armed for solicited completions: those, and completions in error (IBA 11.4.2.2) */

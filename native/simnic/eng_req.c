@@ -101,7 +101,7 @@ static uint32_t parse_datagram(struct sn_eqp *q, struct sn_swqe *w, const uint8_
     uint32_t avds = (dqp & MLX5_EXTENDED_UD_AV) ? 3 : 1;
 
     if (w->opcode == MLX5_OPCODE_NOP)
-        return 1;
+        return ds;              /* nothing after the control segment is read */
     if ((w->opcode != MLX5_OPCODE_SEND && w->opcode != MLX5_OPCODE_SEND_IMM) || ds < 1 + avds)
         return 0;
     w->ud_dqpn = dqp & 0xffffff;
@@ -146,7 +146,7 @@ static struct sn_swqe *parse_wqe(struct sn_engine *eng, struct sn_eqp *q)
     uint8_t raw[64 * 16];
     struct sn_swqe *w = sn_swqe_at(q, q->sq_parsed);
     struct mlx5_wqe_ctrl_seg *ctrl = (struct mlx5_wqe_ctrl_seg *)raw;
-    uint32_t w0, w1, ds, nbb, fixed, i, avds = 0;
+    uint32_t w0 = 0, w1, ds = 0, nbb, fixed, i, avds = 0;
     uint8_t *seg;
     int write_local = 0;
 
@@ -191,7 +191,10 @@ static struct sn_swqe *parse_wqe(struct sn_engine *eng, struct sn_eqp *q)
             goto out;
         }
     } else switch (w->opcode) {
-    case MLX5_OPCODE_NOP:
+    case MLX5_OPCODE_NOP:       /* what follows the control segment is not read (NVSHMEM's
+                                 * NOPs say ds 2 and leave the second unit as it was) */
+        fixed = ds;
+        break;
     case SN_MLX5_OPCODE_DUMP:   /* reads its data segment locally (checked below); no request */
         fixed = 1;
         break;
@@ -309,6 +312,9 @@ out:
         w->npsn = 0;
     w->psn = q->next_psn;
     q->next_psn = (q->next_psn + w->npsn) & PSN_MASK;
+    if (w->err)
+        sn_dbg("QP %#x: WQE %u (opcode %#x opmod %#x ds %u) fails in parsing: syndrome %#x", q->qpn,
+               w->wqe_idx, w->opcode, w0 >> 24, ds, w->err);
     q->sq_parsed += w->nbb;
     eng->n_wqes++;
     return w;

@@ -261,6 +261,8 @@ static struct mlx5dv_devx_obj *create_cq(struct sn_context *ctx, const void *in,
     sn_engine_add_cq(eng, cq);
     pthread_mutex_unlock(&eng->lock);
     o->id = cq->cqn;
+    sn_dbg("devx CQ %u: %u x %u B in %s memory%s%s", cq->cqn, cnt, 1u << shift, bm.gpu ? "GPU" : "host",
+           cq->collapsed ? ", collapsed" : "", cq->ignore_overrun ? ", overrun ignored" : "");
     fw_ok(out, outlen);
     prm_set(out, PRM_CQ_OUT_CQN, cq->cqn);
     return o;
@@ -367,6 +369,9 @@ static struct mlx5dv_devx_obj *create_qp(struct sn_context *ctx, const void *in,
     sn_engine_add_qp(eng, q);
     pthread_mutex_unlock(&eng->lock);
     o->id = q->qpn;
+    sn_dbg("devx QP %#x: %s, sq %u x 64 B in %s memory, record in %s memory, cqn %u/%u",
+           q->qpn, q->type == SN_QPT_DCI ? "DCI" : "RC", 1u << log_sq, wm.gpu ? "GPU" : "host",
+           dm.gpu ? "GPU" : "host", scq ? scq->cqn : 0, rcq ? rcq->cqn : 0);
     fw_ok(out, outlen);
     prm_set(out, PRM_QP_OUT_QPN, q->qpn);
     return o;

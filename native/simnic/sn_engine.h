@@ -364,6 +364,7 @@ struct sn_peer {
 #define SN_QP_HASH 1024
 
 struct sn_engine {
+    uint32_t n_dbg_doorbells;        /* SIMNIC_DEBUG: doorbells logged */
     struct sn_device *dev;
     pthread_t thread;
     atomic_int stop;

@@ -7,7 +7,7 @@
 #   Usage: nvshmem.sh [probe] [trace] [bench] | all        (results under $OUT)
 # Environment: N (measured iterations, default 5000), WARMUP (default 1000), TRANSPORTS (default
 # "ibrc ibgda-gpu ibgda-cpu"), ROUNDS (benchmark rounds, default 5), WHL (wheels folder), PE_TIMEOUT
-# (seconds a run of the PEs may take, default 380).
+# (seconds a run of the PEs may take, default 380), MODES (doorbell modes traced, default "forward wqe").
 set -uo pipefail
 what=" ${*:-all} "
 has() { [[ "$what" == *" $1 "* || "$what" == *" all "* ]]; }
@@ -70,7 +70,7 @@ if has trace; then
   echo "== traced: each transport, both doorbell modes (n=$N), compared with the program"
   for t in $TRANSPORTS; do
     run "$t" off "untraced-$t"
-    for m in forward wqe; do
+    for m in ${MODES:-forward wqe}; do
       # NVSHMEM's own start and end traffic, traced the same way, is the baseline of the comparison.
       BASE= run "$t" "$m" "base-$m-$t" --ops none
       BASE=base-$m-$t run "$t" "$m" "$m-$t"
