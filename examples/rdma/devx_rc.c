@@ -19,6 +19,14 @@
  * No kernel runs: the host writes WQEs and reads CQEs with the driver's copies, and the
  * emulated NIC moves data with them.  The driver is dlopen'ed (libcuda.so.1): the real one on
  * a GPU machine, or sigmatrace's test double (cudastub) in CI.
+ *
+ * With -C a side builds its queues as NVSHMEM's IBGDA does: the CQ collapsed and ignoring
+ * overrun (cqc.cc, cqc.oi: every CQE lands in entry 0, which the poller reads for the WQE
+ * counter it waits for, never moving the consumer index), and the client also posts what
+ * IBGDA's quiet posts: NOPs saying ds 2 with a stale second unit, and DUMPs (opcode 0x23, a
+ * local read of one data segment), 100 NOPs more than the CQ has entries, and last a DUMP
+ * with a bad lkey, which completes in error.  Before connecting it makes a parent domain of its
+ * PD and an SRQ on it, as IBGDA does for its DCTs.
  */
 #include <dlfcn.h>
 #include <infiniband/mlx5dv.h>
@@ -28,6 +36,7 @@
 
 #define LOG_SQ 6			/* 64 basic blocks */
 #define LOG_CQ 6
+#define OPCODE_DUMP 0x23		/* not in mlx5dv.h */
 #define REGION 65536
 #define COUNTER_INIT 40
 
@@ -36,6 +45,7 @@
 typedef int CUresult;
 typedef unsigned long long CUdeviceptr;
 static int g_gpu;
+static int g_collapsed;		/* -C: the CQ as NVSHMEM's IBGDA makes it */
 static const char *g_cuda_kind = "host";
 static struct {
 	CUresult (*init)(unsigned);
@@ -233,6 +243,8 @@ static void build(struct devx_qp *d)
 	memset(in, 0, sizeof(in));
 	prm_set(in, PRM_IN_OPCODE, PRM_CMD_CREATE_CQ);
 	prm_set(in, PRM_CQ_IN_LOG_CQ_SIZE, LOG_CQ);
+	prm_set(in, PRM_CQ_IN_CC, g_collapsed);
+	prm_set(in, PRM_CQ_IN_OI, g_collapsed);
 	prm_set(in, PRM_CQ_IN_UAR_PAGE, d->uar->page_id);
 	prm_set(in, PRM_CQ_IN_C_EQN, eqn);
 	prm_set(in, PRM_CQ_IN_DBR_UMEM_VALID, 1);
@@ -351,6 +363,43 @@ static void post_wqe(struct devx_qp *d, uint8_t opcode, uint64_t laddr, uint32_t
 	__atomic_store_n(d->db_reg, db, __ATOMIC_RELEASE);
 }
 
+/* A signaled WQE of OPCODE with DS 16-byte units: the control segment and SEG16 as its second
+ * unit (a NOP's stale bytes, or a DUMP's data segment). */
+static void post_raw(struct devx_qp *d, uint8_t opcode, uint8_t ds, const void *seg16)
+{
+	uint8_t wqe[64];
+	uint64_t db;
+	__be32 rec;
+
+	memset(wqe, 0, 64);
+	memcpy(wqe + 16, seg16, 16);
+	mlx5dv_set_ctrl_seg((void *)wqe, (uint16_t)d->pi, opcode, 0, d->qpn, MLX5_WQE_CTRL_CQ_UPDATE, ds, 0, 0);
+	dmem_put(d->wq_buf + (d->pi & ((1u << LOG_SQ) - 1)) * 64, wqe, 64);
+	d->pi++;
+	__atomic_thread_fence(__ATOMIC_RELEASE);
+	rec = htobe32(d->pi & 0xffff);
+	dmem_put(d->dbr + 64 + 4, &rec, 4);
+	__atomic_thread_fence(__ATOMIC_RELEASE);
+	db = (uint64_t)htobe32(d->pi << 8) | (uint64_t)htobe32(d->qpn << 8) << 32;
+	__atomic_store_n(d->db_reg, db, __ATOMIC_RELEASE);
+}
+
+/* -C: waits until the collapsed CQ's one entry holds the completion of WQE IDX (a valid
+ * opcode and that WQE counter, as IBGDA polls); returns it unchecked. */
+static struct mlx5_cqe64 poll_collapsed(struct devx_qp *d, uint32_t idx)
+{
+	struct mlx5_cqe64 copy;
+	double end = now_s() + 20;
+
+	for (;;) {
+		__atomic_thread_fence(__ATOMIC_ACQUIRE);
+		dmem_get(&copy, d->cq_buf, sizeof(copy));
+		if ((copy.op_own >> 4) != MLX5_CQE_INVALID && be16toh(copy.wqe_counter) == (uint16_t)idx)
+			return copy;
+		CHECK(now_s() < end, "no CQE for WQE %u in the collapsed CQ's entry", idx);
+	}
+}
+
 /* Polls our own CQ for the completion of the WQE at index IDX. */
 static struct mlx5_cqe64 poll_cqe(struct devx_qp *d, uint32_t idx)
 {
@@ -358,6 +407,11 @@ static struct mlx5_cqe64 poll_cqe(struct devx_qp *d, uint32_t idx)
 	double end = now_s() + 20;
 	__be32 rec;
 
+	if (g_collapsed) {
+		copy = poll_collapsed(d, idx);
+		d->ci++;		/* counted here only: the CQ's consumer index is never written */
+		goto check;
+	}
 	for (;;) {
 		uint8_t op_own;
 
@@ -374,12 +428,66 @@ static struct mlx5_cqe64 poll_cqe(struct devx_qp *d, uint32_t idx)
 	d->ci++;
 	rec = htobe32(d->ci & 0xffffff);
 	dmem_put(d->dbr, &rec, 4);
+check:
 	CHECK(mlx5dv_get_cqe_opcode(&copy) == MLX5_CQE_REQ, "CQE opcode %u (syndrome %#x)",
 	      mlx5dv_get_cqe_opcode(&copy), ((struct mlx5_err_cqe *)&copy)->syndrome);
 	CHECK(be16toh(copy.wqe_counter) == (uint16_t)idx, "wqe_counter %u, expected %u",
 	      be16toh(copy.wqe_counter), idx);
 	CHECK((be32toh(copy.sop_drop_qpn) & 0xffffff) == d->qpn, "qpn in CQE");
 	return copy;
+}
+
+/* -C: what IBGDA's quiet posts, then more completions than the CQ has entries (only entry 0 is
+ * ever written, and no overrun stops it), then a DUMP the device cannot read. */
+static void quiet_wqes(struct devx_qp *d, uint32_t *idx, uint64_t laddr, uint32_t lkey)
+{
+	struct mlx5_wqe_data_seg seg = {.byte_count = htobe32(1), .lkey = htobe32(lkey), .addr = htobe64(laddr)};
+	uint8_t stale[16];
+	struct mlx5_cqe64 c;
+	uint32_t n = 0;
+
+	memset(stale, 0xa5, 16);	/* not a data segment: a NOP's second unit is never read */
+	post_raw(d, MLX5_OPCODE_NOP, 2, stale);
+	c = poll_cqe(d, (*idx)++);
+	CHECK(be32toh(c.sop_drop_qpn) >> 24 == MLX5_OPCODE_NOP, "NOP's CQE names opcode %#x",
+	      be32toh(c.sop_drop_qpn) >> 24);
+	post_raw(d, OPCODE_DUMP, 2, &seg);
+	c = poll_cqe(d, (*idx)++);
+	CHECK(be32toh(c.sop_drop_qpn) >> 24 == OPCODE_DUMP, "DUMP's CQE names opcode %#x",
+	      be32toh(c.sop_drop_qpn) >> 24);
+	printf("nop (ds 2, stale second unit) + dump of 1 byte: completed\n");
+	for (uint32_t i = 0; i < (1u << LOG_CQ) + 100; i++, n++) {
+		post_raw(d, MLX5_OPCODE_NOP, 2, stale);
+		poll_cqe(d, (*idx)++);
+	}
+	printf("collapsed CQ: %u more completions in entry 0, consumer index never written\n", n);
+	seg.lkey = htobe32(lkey ^ 0x5a5a00);
+	post_raw(d, OPCODE_DUMP, 2, &seg);
+	c = poll_collapsed(d, (*idx)++);
+	d->ci++;
+	CHECK(mlx5dv_get_cqe_opcode(&c) == MLX5_CQE_REQ_ERR, "bad DUMP: CQE opcode %u", mlx5dv_get_cqe_opcode(&c));
+	printf("dump with a bad lkey: error completion, syndrome %#x\n", ((struct mlx5_err_cqe *)&c)->syndrome);
+}
+
+/* -C: a parent domain of the QP's PD with an SRQ on it, as IBGDA makes its DCTs' SRQ; the PD
+ * stays busy while the parent domain lives, and custom allocators are refused. */
+static void parent_domain(struct devx_qp *d)
+{
+	struct ibv_parent_domain_init_attr pa = {.pd = d->pd};
+	struct ibv_srq_init_attr sa = {.attr = {.max_wr = 16, .max_sge = 1}};
+	struct ibv_pd *parent = ibv_alloc_parent_domain(d->ctx, &pa);
+	struct ibv_srq *srq;
+	int busy, refused;
+
+	CHECK(parent, "ibv_alloc_parent_domain: %s", strerror(errno));
+	srq = ibv_create_srq(parent, &sa);
+	CHECK(srq, "ibv_create_srq on the parent domain: %s", strerror(errno));
+	busy = ibv_dealloc_pd(d->pd);
+	pa.comp_mask = IBV_PARENT_DOMAIN_INIT_ATTR_ALLOCATORS;
+	refused = ibv_alloc_parent_domain(d->ctx, &pa) == NULL ? errno : 0;
+	CHECK(!ibv_destroy_srq(srq) && !ibv_dealloc_pd(parent), "destroying the SRQ and the parent domain");
+	printf("parent domain: srq made on it, pd busy while it lives (%s), allocators refused (%s)\n",
+	       strerror(busy), strerror(refused));
 }
 
 int main(int argc, char **argv)
@@ -392,13 +500,15 @@ int main(int argc, char **argv)
 	int port = 18800, opt, fd;
 	uint64_t v;
 
-	while ((opt = getopt(argc, argv, "p:g")) != -1) {
+	while ((opt = getopt(argc, argv, "p:gC")) != -1) {
 		if (opt == 'p')
 			port = atoi(optarg);
 		else if (opt == 'g')
 			g_gpu = 1;
+		else if (opt == 'C')
+			g_collapsed = 1;
 		else
-			DIE("usage: devx_rc [-g] [-p PORT] [HOST]");
+			DIE("usage: devx_rc [-g] [-C] [-p PORT] [HOST]");
 	}
 	if (optind < argc)
 		host = argv[optind];
@@ -419,6 +529,8 @@ int main(int argc, char **argv)
 		CHECK(!ibv_query_port(d.ctx, 1, &pa), "query_port");
 		me.lid = pa.lid;
 	}
+	if (g_collapsed)
+		parent_domain(&d);
 	me.qpn = d.qpn;
 	me.psn = (uint32_t)lrand48() & 0xffffff;
 	me.addr = (uintptr_t)region;
@@ -462,6 +574,8 @@ int main(int argc, char **argv)
 		dmem_get(&got[1], &res[1], 8);
 		CHECK(got[1] == expect, "counter %llu", (unsigned long long)got[1]);
 		printf("fetch_add x3: returned 40, 140, 340; counter %llu\n", (unsigned long long)got[1]);
+		if (g_collapsed)
+			quiet_wqes(&d, &idx, (uintptr_t)src, mr->lkey);
 		printf("client: %u WQEs, %u CQEs polled by hand\n", d.pi, d.ci);
 	}
 	sync_peer(fd);

@@ -13,8 +13,8 @@ from .test_ex_verbs import build
 from .test_gpu import _stats
 
 EXPECTED = [
-    # CS, FA, masked CS, masked FA; 4 and 8 bytes on RC; DC has none until DC is routed
-    "atomic caps: ret 0 status 0 endianness_mode 1 supported_mode_1 1 operations 0xf size_qp 0xc size_dc 0",
+    # CS, FA, masked CS, masked FA; 4 and 8 bytes on RC and on DC
+    "atomic caps: ret 0 status 0 endianness_mode 1 supported_mode_1 1 operations 0xf size_qp 0xc size_dc 0xc",
     # 0x7ffffffe + 0x00010003 in two 16-bit fields: the low field's carry stops at bit 15
     "mfadd4: status 0 result 7ffffffe tail eeeeeeee target 80000001",
     "mcas8: status 0 result 1122334455667788 target aabbccdd55667788",
