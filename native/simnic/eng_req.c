@@ -243,7 +243,7 @@ static struct sn_swqe *parse_wqe(struct sn_engine *eng, struct sn_eqp *q)
         w->compare_mask = a.compare_mask;
         w->amo_size = a.size;
         write_local = 1;
-        fixed = (uint32_t)(seg + 16 - raw) / 16 + units;
+        fixed = (uint32_t)(seg + 16 - raw) / 16 + units - avds;     /* the AV is added below */
         break;
     }
     default:        /* UMR, TSO, ...: not emulated */
