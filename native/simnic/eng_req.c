@@ -159,6 +159,7 @@ static struct sn_swqe *parse_wqe(struct sn_engine *eng, struct sn_eqp *q)
         }
     } else switch (w->opcode) {
     case MLX5_OPCODE_NOP:
+    case SN_OPCODE_DUMP:        /* its data segment is checked below, then nothing is sent */
         fixed = 1;
         break;
     case MLX5_OPCODE_SEND:
@@ -266,11 +267,11 @@ static struct sn_swqe *parse_wqe(struct sn_engine *eng, struct sn_eqp *q)
     if (w->len > SN_MAX_MSG)
         w->err = MLX5_CQE_SYNDROME_LOCAL_LENGTH_ERR;
 out:
-    if (sn_is_atomic(w->opcode) || w->opcode == MLX5_OPCODE_NOP || w->err)
+    if (sn_is_atomic(w->opcode) || sn_is_local_only(w->opcode) || w->err)
         w->npsn = 1;
     else
         w->npsn = w->len ? (w->len + mtu_bytes(q->mtu) - 1) / mtu_bytes(q->mtu) : 1;
-    if (w->opcode == MLX5_OPCODE_NOP)
+    if (sn_is_local_only(w->opcode))
         w->npsn = 0;
     w->psn = q->next_psn;
     q->next_psn = (q->next_psn + w->npsn) & PSN_MASK;
@@ -705,7 +706,7 @@ static int progress_qp(struct sn_engine *eng, struct sn_eqp *q)
             fail_oldest(eng, q, w->err);
             return work + 1;
         }
-        if (w->opcode != MLX5_OPCODE_NOP &&
+        if (!sn_is_local_only(w->opcode) &&
             !(q->type == SN_QPT_UD ? tx_ud(eng, q, w) : tx_wqe(eng, q, w)))
             break;
         if (w->err) {   /* failed while gathering: completes in error in its turn */
@@ -719,12 +720,12 @@ static int progress_qp(struct sn_engine *eng, struct sn_eqp *q)
         q->sq_tx += w->nbb;
         q->tx_off = 0;
         work++;
-        if (q->type != SN_QPT_RC || w->opcode == MLX5_OPCODE_NOP) {
+        if (q->type != SN_QPT_RC || sn_is_local_only(w->opcode)) {
             /* UC, UD: handed to the wire is done; a NOP has nothing to send */
             while (q->sq_acked != q->sq_tx) {
                 struct sn_swqe *o = sn_swqe_at(q, q->sq_acked);
 
-                if (o->opcode != MLX5_OPCODE_NOP && q->type == SN_QPT_RC)
+                if (!sn_is_local_only(o->opcode) && q->type == SN_QPT_RC)
                     break;
                 complete_oldest(eng, q, 0);
             }

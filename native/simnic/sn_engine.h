@@ -74,6 +74,17 @@ struct sn_amo {
     uint64_t compare_mask;          /* plain CS: all ones */
 };
 
+/* DUMP: a WQE of a control and a data segment that reads the local buffer and sends nothing;
+ * NVSHMEM's IBGDA posts it (fenced) after reads and fetching atomics to make their results
+ * visible ("CST").  The engine completes it in order like a NOP. */
+#define SN_OPCODE_DUMP 0x23
+
+/* Opcodes that complete on the requester without a message to the peer. */
+static inline int sn_is_local_only(uint8_t opcode)
+{
+    return opcode == MLX5_OPCODE_NOP || opcode == SN_OPCODE_DUMP;
+}
+
 static inline int sn_is_atomic(uint8_t opcode)
 {
     return opcode == MLX5_OPCODE_ATOMIC_CS || opcode == MLX5_OPCODE_ATOMIC_FA ||

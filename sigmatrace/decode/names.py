@@ -71,6 +71,7 @@ MLX5_OPCODE = {
     0x1B: "LOCAL_INVAL",
     0x1F: "CONFIG_CMD",
     0x20: "SET_PSV",
+    0x23: "DUMP",
     0x25: "UMR",
     0x28: "TAG_MATCHING",
     0x2C: "FLOW_TBL_ACCESS",
