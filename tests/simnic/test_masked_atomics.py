@@ -3,7 +3,7 @@ them (tests/simnic/progs/masked_atomics.c): the atomic capabilities as NVSHMEM's
 them, 4- and 8-byte masked compare-swap and fetch-add with exact results (a 4-byte result comes
 back big-endian, the target stays in host order), and the errors a ConnectX gives for what it
 does not perform: an opmod naming no size it has, a local buffer of the wrong size, a misaligned
-target.  The GPU-initiated example checks the same operations in bulk (tests/gpu)."""
+target; and the DUMP WQE NVSHMEM's IBGDA posts behind fetching atomics.  The GPU-initiated example checks the same operations in bulk (tests/gpu)."""
 import os
 
 from sigmatrace.simnic import environment
@@ -22,6 +22,8 @@ EXPECTED = [
     "mcas4: status 0 result 80000001 target 00000005",
     # every bit its own field: an exclusive or
     "mfadd8 xor: status 0 result aabbccdd55667788 target 55bb33ddaa668888",
+    # NVSHMEM's consistency WQE (DUMP 0x23) behind an unsignaled fetch-add: one completion, in order
+    "fetch-add + dump: completions 1 status 0 result 55bb33ddaa668888 target 55bb33ddaa668889",
     "masked fa opmod 0x0a (16 bytes): status local QP operation error vendor_err 0x6b target untouched",
     "masked cs opmod 0x0b (32 bytes): status local QP operation error vendor_err 0x6b target untouched",
     "masked fa opmod 0 (no size): status local QP operation error vendor_err 0x6b target untouched",
@@ -48,6 +50,7 @@ def test_masked_atomics_on_device_memory(tmp_path, fabric):
     assert r.rc == 0, r.out + r.err
     assert r.out.splitlines() == EXPECTED, r.out
     s = _stats(r.err)
-    # five atomics performed: each target read once; written back by the four that changed it
-    # (not the compare-swap that did not match); each result written into the local buffer
-    assert (s["cuMemcpyDtoHAsync"], s["cuMemcpyHtoDAsync"]) == (5, 4 + 5), r.err
+    # six atomics performed: each target read once; written back by the five that changed it
+    # (not the compare-swap that did not match); each result written into the local buffer; the
+    # DUMP reads nothing
+    assert (s["cuMemcpyDtoHAsync"], s["cuMemcpyHtoDAsync"]) == (6, 5 + 6), r.err

@@ -218,6 +218,41 @@ static void good(void)
 	wc = post(&s, MLX5_OPCODE_ATOMIC_MASKED_FA, 0x09, ops, 16, 32, 8, 64);
 	printf("mfadd8 xor: status %d result %016llx target %016llx\n", wc.status, (unsigned long long)get(32, 8),
 	       (unsigned long long)get(64, 8));
+
+	/* a fetch-add and IBGDA's consistency WQE behind it (DUMP 0x23: ctrl + data, fenced), one
+	 * doorbell for both: the DUMP completes after the atomic, and nothing else happens */
+	{
+		uint8_t w[128] = {0};
+		struct ibv_wc wcs[2];
+		int got = 0;
+		double end = now_s() + 10;
+
+		put_be64(w + 16, (uintptr_t)mem + 64);
+		put_be32(w + 24, mr->rkey);
+		put_be64(w + 32, 1);
+		put_be32(w + 48, 8);
+		put_be32(w + 52, mr->lkey);
+		put_be64(w + 56, (uintptr_t)mem + 48);
+		mlx5dv_set_ctrl_seg((void *)w, (uint16_t)s.pi, MLX5_OPCODE_ATOMIC_FA, 0, s.qp->qp_num, 0, 4, 0, 0);
+		put_be32(w + 64 + 16, 1);
+		put_be32(w + 64 + 20, mr->lkey);
+		put_be64(w + 64 + 24, (uintptr_t)mem + 48);
+		mlx5dv_set_ctrl_seg((void *)(w + 64), (uint16_t)(s.pi + 1), 0x23, 0, s.qp->qp_num,
+				    MLX5_WQE_CTRL_CQ_UPDATE | MLX5_WQE_CTRL_FENCE, 2, 0, 0);
+		for (int b = 0; b < 2; b++)
+			memcpy(s.buf + ((s.pi + b) & (s.cnt - 1)) * 64, w + 64 * b, 64);
+		s.pi += 2;
+		__atomic_thread_fence(__ATOMIC_RELEASE);
+		s.dbrec[MLX5_SND_DBR] = htobe32(s.pi & 0xffff);
+		__atomic_thread_fence(__ATOMIC_RELEASE);
+		__atomic_store_n(s.bf, *(uint64_t *)(w + 64), __ATOMIC_RELEASE);
+		while (got < 1) {
+			got += ibv_poll_cq(s.cq, 2 - got, wcs + got);
+			CHECK(now_s() < end, "no completion");
+		}
+		printf("fetch-add + dump: completions %d status %d result %016llx target %016llx\n", got,
+		       wcs[0].status, (unsigned long long)get(48, 8), (unsigned long long)get(64, 8));
+	}
 	unpair(&s);
 }
 
