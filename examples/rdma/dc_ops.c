@@ -1,5 +1,6 @@
 /* Dynamically connected transport (mlx5 DC) between two processes, or within one: a DCT
- * (mlx5dv_create_qp, MLX5DV_DCTYPE_DCT) on the server, a DCI on the client posting through
+ * (mlx5dv_create_qp, MLX5DV_DCTYPE_DCT, in a parent domain of the PD its buffer is registered
+ * in, with an SRQ, as NVSHMEM's IBGDA makes them) on the server, a DCI on the client posting through
  * ibv_wr_* with mlx5dv_wr_set_dc_addr, each work request naming the DCT and its access key.
  *
  *   dc_ops [-p PORT]            server: a DCT with an SRQ, checks what arrived
@@ -45,6 +46,7 @@ static const uint32_t read_len[NREADS] = {8, 2048};
 static const uint32_t send_len[NSENDS] = {64, 1000};
 
 struct dct_side {
+	struct ibv_pd *domain;  /* a parent domain of the PD, as NVSHMEM makes its DCTs in */
 	struct ibv_cq *cq;
 	struct ibv_srq *srq;
 	struct ibv_qp *dct;
@@ -83,6 +85,7 @@ static void print_caps(void)
 static void make_dct(struct dct_side *s, uint64_t key)
 {
 	struct ibv_srq_init_attr sa = {.attr = {.max_wr = 16, .max_sge = 1}};
+	struct ibv_parent_domain_init_attr pa = {.pd = pd};
 	struct ibv_qp_init_attr_ex qa;
 	struct mlx5dv_qp_init_attr dv;
 	struct ibv_qp_attr a;
@@ -94,7 +97,10 @@ static void make_dct(struct dct_side *s, uint64_t key)
 	CHECK(s->mr, "ibv_reg_mr: %s", strerror(errno));
 	s->cq = ibv_create_cq(ctx, 64, NULL, NULL, 0);
 	CHECK(s->cq, "ibv_create_cq");
-	s->srq = ibv_create_srq(pd, &sa);
+	/* the SRQ and the DCT in a parent domain of the buffer's PD (NVSHMEM's IBGDA does so) */
+	s->domain = ibv_alloc_parent_domain(ctx, &pa);
+	CHECK(s->domain, "ibv_alloc_parent_domain: %s", strerror(errno));
+	s->srq = ibv_create_srq(s->domain, &sa);
 	CHECK(s->srq, "ibv_create_srq: %s", strerror(errno));
 	for (int i = 0; i < NSENDS; i++) {
 		struct ibv_sge sg = {(uintptr_t)s->buf + RECV_OFF + 1024 * i, 1024, s->mr->lkey};
@@ -106,7 +112,7 @@ static void make_dct(struct dct_side *s, uint64_t key)
 	memset(&dv, 0, sizeof(dv));
 	qa.qp_type = IBV_QPT_DRIVER;
 	qa.comp_mask = IBV_QP_INIT_ATTR_PD;
-	qa.pd = pd;
+	qa.pd = s->domain;
 	qa.send_cq = s->cq;
 	qa.recv_cq = s->cq;
 	qa.srq = s->srq;

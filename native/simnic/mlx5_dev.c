@@ -706,6 +706,7 @@ struct ibv_context *sn_open_device(struct ibv_device *ibdev)
     v->create_qp_ex = sn_create_qp_ex;
     v->query_rt_values = query_rt_values;
     v->get_srq_num = sn_get_srq_num;
+    v->alloc_parent_domain = sn_alloc_parent_domain;
     return c;
 fail:
     if (ctx->async_pipe[0] >= 0) {

@@ -23,12 +23,43 @@ struct ibv_pd *sn_alloc_pd(struct ibv_context *c)
     return &pd->ibpd;
 }
 
+/* A parent domain (NVSHMEM's IBGDA makes its DCTs' SRQ and QPs in one): the same protection
+ * domain as its PD, so its objects' PD number is the PD's.  Thread domains and custom
+ * allocators are not emulated. */
+struct ibv_pd *sn_alloc_parent_domain(struct ibv_context *c, struct ibv_parent_domain_init_attr *attr)
+{
+    struct sn_pd *parent, *pd;
+
+    if (!attr || !attr->pd || attr->pd->context != c) {
+        errno = EINVAL;
+        return NULL;
+    }
+    if (attr->td || attr->comp_mask) {
+        errno = EOPNOTSUPP;
+        return NULL;
+    }
+    parent = (struct sn_pd *)attr->pd;
+    pd = calloc(1, sizeof(*pd));
+    if (!pd) {
+        errno = ENOMEM;
+        return NULL;
+    }
+    pd->ibpd.context = c;
+    pd->pdn = parent->pdn;
+    pd->ibpd.handle = parent->ibpd.handle;
+    pd->parent = parent;
+    atomic_fetch_add(&parent->refs, 1);
+    return &pd->ibpd;
+}
+
 int sn_dealloc_pd(struct ibv_pd *ibpd)
 {
     struct sn_pd *pd = (struct sn_pd *)ibpd;
 
     if (atomic_load(&pd->refs))
         return EBUSY;
+    if (pd->parent)
+        atomic_fetch_sub(&pd->parent->refs, 1);
     free(pd);
     return 0;
 }

@@ -74,7 +74,8 @@ struct sn_umem {
 struct sn_pd {
     struct ibv_pd ibpd;
     uint32_t pdn;
-    atomic_int refs;                /* MRs, QPs, SRQs, AHs using it */
+    atomic_int refs;                /* MRs, QPs, SRQs, AHs, parent domains using it */
+    struct sn_pd *parent;           /* a parent domain's PD (ibv_alloc_parent_domain) */
 };
 
 /* ---- verbs objects -------------------------------------------------------------------------- */

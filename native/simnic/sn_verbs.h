@@ -15,6 +15,7 @@ int sn_query_port(struct ibv_context *ctx, uint8_t port, struct ibv_port_attr *a
 /* mlx5_mr.c */
 struct ibv_pd *sn_alloc_pd(struct ibv_context *ctx);
 int sn_dealloc_pd(struct ibv_pd *pd);
+struct ibv_pd *sn_alloc_parent_domain(struct ibv_context *c, struct ibv_parent_domain_init_attr *attr);
 struct ibv_mr *sn_reg_mr(struct ibv_pd *pd, void *addr, size_t len, uint64_t iova, unsigned access);
 int sn_rereg_mr(struct ibv_mr *mr, int flags, struct ibv_pd *pd, void *addr, size_t len, int access);
 int sn_dereg_mr(struct ibv_mr *mr);
