@@ -38,10 +38,13 @@ def test_one_dci_reconnects_between_two_dcts(nic_env):
 
 def test_bad_addresses_complete_in_error(nic_env):
     """No address set (a zeroed datagram segment), a DCT number nobody has, a wrong key: each
-    an error completion, the DCI reset after each; then a good WRITE lands."""
-    res = run([str(example("dc_ops")), "-x"], nic_env, timeout=60)
+    an error completion, the DCI reset after each; then a good WRITE lands.  The DCT refused
+    one connection for its key (the engine's counters at exit)."""
+    res = run([str(example("dc_ops")), "-x"], {**nic_env, "SIMNIC_DEBUG": "1"}, timeout=60)
     assert res.rc == 0, res.out + res.err
     assert res.out.splitlines() == [
         CAPS,
         "dc_ops: unset address LOC_PROT_ERR, no such DCT RETRY_EXC_ERR, wrong key RETRY_EXC_ERR, then a good write",
     ]
+    [counters] = [line for line in res.err.splitlines() if "DC key violations" in line]
+    assert counters.endswith(" errors 0 UD dropped 0 DC key violations 1")
