@@ -10,7 +10,8 @@
  *                               between them)
  *   dc_ops -x                   loopback, bad addresses: a WRITE whose address was never set
  *                               (IBV_WC_LOC_PROT_ERR), one naming a DCT that does not exist and
- *                               one with a wrong key (IBV_WC_RETRY_EXC_ERR: nobody answers); the
+ *                               one with a wrong key (IBV_WC_RETRY_EXC_ERR: nobody answers), one
+ *                               with an R_Key the DCT lacks (IBV_WC_REM_ACCESS_ERR); the
  *                               DCI is reset after each, then a good WRITE succeeds; then a
  *                               WRITE to a DCT still in INIT, made ready 2 ms later: the DCI's
  *                               retransmission reconnects, the WRITE lands
@@ -410,6 +411,13 @@ static int run_garbage(struct dci_side *c, const struct dc_info *t)
 	if (wc.status != IBV_WC_RETRY_EXC_ERR)
 		bad++, fprintf(stderr, "wrong key: status %s\n", ibv_wc_status_str(wc.status));
 	reset_dci(c, 10);
+	/* the right DCT and key, an R_Key it does not have: the DCT refuses (NAK), stays ready */
+	none = *t;
+	none.p.rkey = t->p.rkey + 0x1000;
+	wc = post_one(c, ah, &none, t->key, WRITE, t->p.addr, 0, 16, 0, 0);
+	if (wc.status != IBV_WC_REM_ACCESS_ERR)
+		bad++, fprintf(stderr, "bad rkey: status %s\n", ibv_wc_status_str(wc.status));
+	reset_dci(c, 10);
 	memset(c->buf, 0x5a, 16);
 	wc = post_one(c, ah, t, t->key, WRITE, t->p.addr + 5000, 0, 16, 0, 0);
 	if (wc.status != IBV_WC_SUCCESS)
@@ -501,7 +509,7 @@ int main(int argc, char **argv)
 		if (run_late_dct(&c))
 			return 1;
 		printf("dc_ops: unset address LOC_PROT_ERR, no such DCT RETRY_EXC_ERR, wrong key RETRY_EXC_ERR, "
-		       "then a good write; a DCT ready late: written after a retry\n");
+		       "bad rkey REM_ACCESS_ERR, then a good write; a DCT ready late: written after a retry\n");
 		return 0;
 	}
 	if (loop) {

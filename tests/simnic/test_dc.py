@@ -37,8 +37,9 @@ def test_one_dci_reconnects_between_two_dcts(nic_env):
 
 
 def test_bad_addresses_complete_in_error(nic_env):
-    """No address set (a zeroed datagram segment), a DCT number nobody has, a wrong key: each
-    an error completion, the DCI reset after each; then a good WRITE lands.  The DCT refused
+    """No address set (a zeroed datagram segment), a DCT number nobody has, a wrong key, an
+    R_Key the DCT lacks (its NAK): each an error completion, the DCI reset after each; then a
+    good WRITE lands (the DCT stayed ready).  The DCT refused
     the wrong key's connection three times (retry_cnt 2: every retransmission reconnects, as
     every DC packet names DCT and key; the engine's counters at exit).  Last, a DCT made ready
     2 ms after the WRITE to it: the retransmission's reconnect finds it ready."""
@@ -46,8 +47,8 @@ def test_bad_addresses_complete_in_error(nic_env):
     assert res.rc == 0, res.out + res.err
     assert res.out.splitlines() == [
         CAPS,
-        "dc_ops: unset address LOC_PROT_ERR, no such DCT RETRY_EXC_ERR, wrong key RETRY_EXC_ERR, then a good "
-        "write; a DCT ready late: written after a retry",
+        "dc_ops: unset address LOC_PROT_ERR, no such DCT RETRY_EXC_ERR, wrong key RETRY_EXC_ERR, bad rkey "
+        "REM_ACCESS_ERR, then a good write; a DCT ready late: written after a retry",
     ]
     [counters] = [line for line in res.err.splitlines() if "DC key violations" in line]
     assert counters.endswith(" errors 0 UD dropped 0 DC key violations 3")
