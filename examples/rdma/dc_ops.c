@@ -21,8 +21,9 @@
  * The client checks every completion, every READ's bytes and both atomics' old values; the
  * server checks its buffer, its counter and both receives.  A WRITE with another key is not
  * answered by the DCT, as on a ConnectX: it completes with IBV_WC_RETRY_EXC_ERR.
- * First line: `caps: dct=D compact_address_vector=C cqe_version=V log_bf_reg_size=B`, the general
- * capabilities (QUERY_HCA_CAP through DevX) a DC user such as NVSHMEM's IBGDA reads.
+ * First line: `caps: dct=D compact_address_vector=C cqe_version=V log_bf_reg_size=B`, general
+ * capabilities (QUERY_HCA_CAP through DevX): the last three are what NVSHMEM's IBGDA reads; `dct`
+ * says whether DevX can make DCTs (CREATE_DCT, as UCX's dc_mlx5 makes them).
  * The last line printed is `dc_ops: ok writes=W reads=R atomics=A sends=S bad_key=1 dct=N
  * key=K` (the counts a trace must hold).  Exit status 0 only when everything matched.
  */
