@@ -1,5 +1,6 @@
 /* Dynamically connected transport (mlx5 DC) between two processes, or within one: a DCT
- * (mlx5dv_create_qp, MLX5DV_DCTYPE_DCT) on the server, a DCI on the client posting through
+ * (mlx5dv_create_qp, MLX5DV_DCTYPE_DCT, in a parent domain of the PD its buffer is registered
+ * in, with an SRQ, as NVSHMEM's IBGDA makes them) on the server, a DCI on the client posting through
  * ibv_wr_* with mlx5dv_wr_set_dc_addr, each work request naming the DCT and its access key.
  *
  *   dc_ops [-p PORT]            server: a DCT with an SRQ, checks what arrived
@@ -9,16 +10,20 @@
  *                               between them)
  *   dc_ops -x                   loopback, bad addresses: a WRITE whose address was never set
  *                               (IBV_WC_LOC_PROT_ERR), one naming a DCT that does not exist and
- *                               one with a wrong key (IBV_WC_RETRY_EXC_ERR: nobody answers); the
- *                               DCI is reset after each, then a good WRITE succeeds
+ *                               one with a wrong key (IBV_WC_RETRY_EXC_ERR: nobody answers), one
+ *                               with an R_Key the DCT lacks (IBV_WC_REM_ACCESS_ERR); the
+ *                               DCI is reset after each, then a good WRITE succeeds; then a
+ *                               WRITE to a DCT still in INIT, made ready 2 ms later: the DCI's
+ *                               retransmission reconnects, the WRITE lands
  *
  * The plan: RDMA WRITEs (1, 100 and 4096 bytes), RDMA READs (8 and 2048 bytes), a fetch-and-
  * add and a compare-and-swap, two SENDs (the second with an immediate) into the DCT's SRQ.
  * The client checks every completion, every READ's bytes and both atomics' old values; the
  * server checks its buffer, its counter and both receives.  A WRITE with another key is not
  * answered by the DCT, as on a ConnectX: it completes with IBV_WC_RETRY_EXC_ERR.
- * First line: `caps: dct=D compact_address_vector=C cqe_version=V log_bf_reg_size=B`, the general
- * capabilities (QUERY_HCA_CAP through DevX) a DC user such as NVSHMEM's IBGDA reads.
+ * First line: `caps: dct=D compact_address_vector=C cqe_version=V log_bf_reg_size=B`, general
+ * capabilities (QUERY_HCA_CAP through DevX): the last three are what NVSHMEM's IBGDA reads; `dct`
+ * says whether DevX can make DCTs (CREATE_DCT, as UCX's dc_mlx5 makes them).
  * The last line printed is `dc_ops: ok writes=W reads=R atomics=A sends=S bad_key=1 dct=N
  * key=K` (the counts a trace must hold).  Exit status 0 only when everything matched.
  */
@@ -45,6 +50,7 @@ static const uint32_t read_len[NREADS] = {8, 2048};
 static const uint32_t send_len[NSENDS] = {64, 1000};
 
 struct dct_side {
+	struct ibv_pd *domain;  /* a parent domain of the PD, as NVSHMEM makes its DCTs in */
 	struct ibv_cq *cq;
 	struct ibv_srq *srq;
 	struct ibv_qp *dct;
@@ -80,9 +86,32 @@ static void print_caps(void)
 	free(out);
 }
 
+static void make_dct_at(struct dct_side *s, uint64_t key, int ready);
+
 static void make_dct(struct dct_side *s, uint64_t key)
 {
+	make_dct_at(s, key, 1);
+}
+
+/* INIT -> RTR: the DCT answers from now on. */
+static void dct_ready(struct dct_side *s)
+{
+	struct ibv_qp_attr a;
+
+	memset(&a, 0, sizeof(a));
+	a.qp_state = IBV_QPS_RTR;
+	a.path_mtu = IBV_MTU_4096;
+	a.min_rnr_timer = 12;
+	a.ah_attr.port_num = 1;
+	CHECK(!ibv_modify_qp(s->dct, &a, IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_MIN_RNR_TIMER),
+	      "DCT to RTR");
+}
+
+/* A DCT with its buffer, SRQ and CQ, left in INIT unless READY. */
+static void make_dct_at(struct dct_side *s, uint64_t key, int ready)
+{
 	struct ibv_srq_init_attr sa = {.attr = {.max_wr = 16, .max_sge = 1}};
+	struct ibv_parent_domain_init_attr pa = {.pd = pd};
 	struct ibv_qp_init_attr_ex qa;
 	struct mlx5dv_qp_init_attr dv;
 	struct ibv_qp_attr a;
@@ -94,7 +123,10 @@ static void make_dct(struct dct_side *s, uint64_t key)
 	CHECK(s->mr, "ibv_reg_mr: %s", strerror(errno));
 	s->cq = ibv_create_cq(ctx, 64, NULL, NULL, 0);
 	CHECK(s->cq, "ibv_create_cq");
-	s->srq = ibv_create_srq(pd, &sa);
+	/* the SRQ and the DCT in a parent domain of the buffer's PD (NVSHMEM's IBGDA does so) */
+	s->domain = ibv_alloc_parent_domain(ctx, &pa);
+	CHECK(s->domain, "ibv_alloc_parent_domain: %s", strerror(errno));
+	s->srq = ibv_create_srq(s->domain, &sa);
 	CHECK(s->srq, "ibv_create_srq: %s", strerror(errno));
 	for (int i = 0; i < NSENDS; i++) {
 		struct ibv_sge sg = {(uintptr_t)s->buf + RECV_OFF + 1024 * i, 1024, s->mr->lkey};
@@ -106,7 +138,7 @@ static void make_dct(struct dct_side *s, uint64_t key)
 	memset(&dv, 0, sizeof(dv));
 	qa.qp_type = IBV_QPT_DRIVER;
 	qa.comp_mask = IBV_QP_INIT_ATTR_PD;
-	qa.pd = pd;
+	qa.pd = s->domain;
 	qa.send_cq = s->cq;
 	qa.recv_cq = s->cq;
 	qa.srq = s->srq;
@@ -122,13 +154,8 @@ static void make_dct(struct dct_side *s, uint64_t key)
 			    IBV_ACCESS_LOCAL_WRITE;
 	CHECK(!ibv_modify_qp(s->dct, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS),
 	      "DCT to INIT");
-	memset(&a, 0, sizeof(a));
-	a.qp_state = IBV_QPS_RTR;
-	a.path_mtu = IBV_MTU_4096;
-	a.min_rnr_timer = 12;
-	a.ah_attr.port_num = 1;
-	CHECK(!ibv_modify_qp(s->dct, &a, IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_MIN_RNR_TIMER),
-	      "DCT to RTR");
+	if (ready)
+		dct_ready(s);
 	*(uint64_t *)(s->buf + CNT_OFF) = 1000;
 	for (uint32_t i = 0; i < 2048; i++)
 		s->buf[READ_OFF + i] = pattern(9, i);
@@ -331,7 +358,7 @@ static int run_bad_key(struct dci_side *c, const struct dc_info *t)
 }
 
 /* Back to RTS after an error completion (the DCI went to the error state). */
-static void reset_dci(struct dci_side *c)
+static void reset_dci(struct dci_side *c, uint8_t timeout)
 {
 	struct ibv_qp_attr a = {.qp_state = IBV_QPS_RESET};
 	struct ibv_wc wc[8];
@@ -348,7 +375,7 @@ static void reset_dci(struct dci_side *c)
 	CHECK(!ibv_modify_qp(c->qp, &a, IBV_QP_STATE | IBV_QP_PATH_MTU), "DCI to RTR");
 	memset(&a, 0, sizeof(a));
 	a.qp_state = IBV_QPS_RTS;
-	a.timeout = 10;
+	a.timeout = timeout;
 	a.retry_cnt = 2;
 	a.rnr_retry = 7;
 	CHECK(!ibv_modify_qp(c->qp, &a, IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY),
@@ -375,22 +402,61 @@ static int run_garbage(struct dci_side *c, const struct dc_info *t)
 	poll_n(c->cq, &wc, 1, 10);
 	if (wc.status != IBV_WC_LOC_PROT_ERR)
 		bad++, fprintf(stderr, "no address: status %s\n", ibv_wc_status_str(wc.status));
-	reset_dci(c);
+	reset_dci(c, 10);
 	none.p.qpn = (t->p.qpn + 4096) & 0xffffff;     /* nobody has that DCT number */
 	wc = post_one(c, ah, &none, t->key, WRITE, t->p.addr, 0, 16, 0, 0);
 	if (wc.status != IBV_WC_RETRY_EXC_ERR)
 		bad++, fprintf(stderr, "no such DCT: status %s\n", ibv_wc_status_str(wc.status));
-	reset_dci(c);
+	reset_dci(c, 10);
 	wc = post_one(c, ah, t, BAD_KEY, WRITE, t->p.addr, 0, 16, 0, 0);
 	if (wc.status != IBV_WC_RETRY_EXC_ERR)
 		bad++, fprintf(stderr, "wrong key: status %s\n", ibv_wc_status_str(wc.status));
-	reset_dci(c);
+	reset_dci(c, 10);
+	/* the right DCT and key, an R_Key it does not have: the DCT refuses (NAK), stays ready */
+	none = *t;
+	none.p.rkey = t->p.rkey + 0x1000;
+	wc = post_one(c, ah, &none, t->key, WRITE, t->p.addr, 0, 16, 0, 0);
+	if (wc.status != IBV_WC_REM_ACCESS_ERR)
+		bad++, fprintf(stderr, "bad rkey: status %s\n", ibv_wc_status_str(wc.status));
+	reset_dci(c, 10);
 	memset(c->buf, 0x5a, 16);
 	wc = post_one(c, ah, t, t->key, WRITE, t->p.addr + 5000, 0, 16, 0, 0);
 	if (wc.status != IBV_WC_SUCCESS)
 		bad++, fprintf(stderr, "good write after the errors: status %s\n", ibv_wc_status_str(wc.status));
 	ibv_destroy_ah(ah);
 	return bad;
+}
+
+/* A DCT still in INIT drops the connection; it becomes ready 2 ms later, within the DCI's
+ * first timeout (17 ms): the retransmission reconnects and the WRITE lands. */
+static int run_late_dct(struct dci_side *c)
+{
+	struct dct_side late;
+	struct dc_info t;
+	struct ibv_ah *ah;
+	struct ibv_wc wc;
+
+	reset_dci(c, 12);
+	make_dct_at(&late, DC_KEY, 0);
+	dct_info(&late, DC_KEY, &t);
+	ah = ah_to(&t);
+	memset(c->buf, 0x6b, 16);
+	ibv_wr_start(c->qpx);
+	c->qpx->wr_id = 2;
+	c->qpx->wr_flags = IBV_SEND_SIGNALED;
+	ibv_wr_rdma_write(c->qpx, t.p.rkey, t.p.addr + 5000);
+	mlx5dv_wr_set_dc_addr(c->dvx, ah, t.p.qpn, t.key);
+	ibv_wr_set_sge(c->qpx, c->mr->lkey, (uintptr_t)c->buf, 16);
+	CHECK(!ibv_wr_complete(c->qpx), "ibv_wr_complete");
+	usleep(2000);
+	dct_ready(&late);
+	poll_n(c->cq, &wc, 1, 10);
+	ibv_destroy_ah(ah);
+	if (wc.status != IBV_WC_SUCCESS || late.buf[5000] != 0x6b || late.buf[5015] != 0x6b) {
+		fprintf(stderr, "late DCT: status %s\n", ibv_wc_status_str(wc.status));
+		return 1;
+	}
+	return 0;
 }
 
 static void summary(const struct dc_info *t, int rounds)
@@ -441,8 +507,10 @@ int main(int argc, char **argv)
 		bad = run_garbage(&c, &t);
 		if (bad || s.buf[5000] != 0x5a)
 			return 1;
+		if (run_late_dct(&c))
+			return 1;
 		printf("dc_ops: unset address LOC_PROT_ERR, no such DCT RETRY_EXC_ERR, wrong key RETRY_EXC_ERR, "
-		       "then a good write\n");
+		       "bad rkey REM_ACCESS_ERR, then a good write; a DCT ready late: written after a retry\n");
 		return 0;
 	}
 	if (loop) {

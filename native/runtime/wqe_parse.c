@@ -126,7 +126,8 @@ int wqe_parse(const uint8_t *ring, uint32_t slots, uint64_t idx, uint64_t limit,
     w->imm = wqe_be32(c + 12);
 
     uint32_t end = w->ds * 16u, off = 16;
-    if (st == MLX5_ST_DCI || st == MLX5_ST_UD) {
+    /* a NOP carries no address vector (NVSHMEM's DCI NOPs have ds 2 and a stale second segment) */
+    if ((st == MLX5_ST_DCI || st == MLX5_ST_UD) && w->opcode != MLX5_OP_NOP) {
         const uint8_t *av = seg_at(ring, slots, idx, off);
         uint32_t dqp = wqe_be32(av + 8);
         w->has_av = 1;

@@ -701,12 +701,13 @@ static void engine_stop(struct sn_engine *eng)
     }
     if (sn_debug_enabled)
         sn_log("%s: wqes %llu msgs tx %llu rx %llu cqes %llu sleeps %llu assists %llu "
-               "bad doorbells %llu errors %llu UD dropped %llu",
+               "bad doorbells %llu errors %llu UD dropped %llu DC key violations %llu",
                eng->dev->ibdev.name, (unsigned long long)eng->n_wqes,
                (unsigned long long)eng->n_msgs_tx, (unsigned long long)eng->n_msgs_rx,
                (unsigned long long)eng->n_cqes, (unsigned long long)eng->n_sleeps,
                (unsigned long long)eng->n_assists, (unsigned long long)eng->n_bad_doorbells,
-               (unsigned long long)eng->n_errors, (unsigned long long)eng->n_ud_dropped);
+               (unsigned long long)eng->n_errors, (unsigned long long)eng->n_ud_dropped,
+               (unsigned long long)eng->n_dc_key_violations);
     sn_inbox_destroy(eng->inbox, eng->inbox_len, eng->lid);
     if (held_here)
         return;

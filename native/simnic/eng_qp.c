@@ -64,6 +64,7 @@ void sn_eqp_reset(struct sn_engine *eng, struct sn_eqp *q)
     q->retries = q->rnr_retries = 0;
     q->rnr_until_ns = 0;
     q->dc_cur_key = 0;
+    q->dc_reconnect = 0;
     if (q->type == SN_QPT_DCT)
         sn_dc_forget_conns(eng, q);
 }

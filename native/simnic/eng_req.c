@@ -723,7 +723,8 @@ static int dc_route(struct sn_engine *eng, struct sn_eqp *q, struct sn_swqe *w)
     if (w->ud_grh && sn_fabric_lookup(0, w->ud_dgid, &lid, &owner))
         lid = 0;
     p = lid ? sn_peer_get(eng, lid) : NULL;
-    if (p && p == q->peer && q->dest_qpn == w->ud_dqpn && q->dc_cur_key == w->dc_key)
+    if (p && p == q->peer && q->dest_qpn == w->ud_dqpn && q->dc_cur_key == w->dc_key &&
+        !q->dc_reconnect)
         return 1;
     if (q->sq_acked != q->sq_tx)
         return 0;       /* the old connection drains first */
@@ -750,8 +751,8 @@ static int dc_route(struct sn_engine *eng, struct sn_eqp *q, struct sn_swqe *w)
     q->peer = p;
     q->dest_qpn = w->ud_dqpn;
     q->dc_cur_key = w->dc_key;
-    q->retries = q->rnr_retries = 0;
-    q->progress_ns = eng->now_ns;
+    q->dc_reconnect = 0;
+    q->progress_ns = eng->now_ns;     /* retries count on: a reconnect is part of the retry */
     return 1;
 }
 
@@ -885,6 +886,10 @@ int sn_req_timers(struct sn_engine *eng)
                 continue;
             if (++q->retries <= q->retry_cnt) {
                 rewind_to(q, sn_swqe_at(q, q->sq_acked)->psn);
+                /* a DCI resends its connect too, as every DC packet names the DCT and key: a
+                 * DCT that was not ready, or lost the connection, takes it now */
+                if (q->type == SN_QPT_DCI)
+                    q->dc_reconnect = 1;
                 q->progress_ns = eng->now_ns;
                 work++;
                 continue;

@@ -787,7 +787,10 @@ static void general_caps(void *out)
     prm_set(out, PRM_CAP_LOG_MAX_RMP, 23);          /* shared receive queues as DevX RMPs */
     prm_set(out, PRM_CAP_BASIC_CYCLIC_RCV_WQE, 1);
     prm_set(out, PRM_CAP_UMR_MODIFY_ATOMIC_DISABLED, 1);    /* no mkeys: no indirect atomics */
-    prm_set(out, PRM_CAP_DCT, 1);                   /* DC: DCIs (CREATE_QP) and DCTs (verbs) */
+    /* DC runs (DCIs by CREATE_QP or verbs, DCTs by mlx5dv_create_qp), but `dct` says DevX
+     * CREATE_DCT works too, which UCX's dc_mlx5 then uses: not emulated, so not claimed
+     * (NVSHMEM does not read it) */
+    prm_set(out, PRM_CAP_DCT, 0);
     prm_set(out, PRM_CAP_COMPACT_ADDRESS_VECTOR, 1);    /* 16-byte AVs on an InfiniBand port */
 }
 

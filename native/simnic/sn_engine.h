@@ -302,6 +302,7 @@ struct sn_eqp {
      * kept out of the engine's tables, that answers one DCI as an RC responder would. */
     uint64_t dc_key;
     uint64_t dc_cur_key;
+    uint8_t dc_reconnect;           /* DCI: a timeout's retransmission opens the connection anew */
     struct sn_eqp *dc_conns;
     struct sn_eqp *dc_parent;
     struct sn_eqp *dc_next;

@@ -187,13 +187,15 @@ def wqes(ring, slots: int, first: int, end: int, st: int = ST_RC) -> tuple[np.nd
         return flat[pos[:, None] + np.arange(16)]
 
     off = np.full(starts.size, 16, np.int64)
+    op = c["opcode"]
     if st in (ST_DCI, ST_UD):
+        # a NOP carries no address vector (NVSHMEM's DCI NOPs have ds 2 and a stale segment)
+        has_av = op != 0
         av = seg(off)
         dqp = _be32(av, 8)
-        out["dc_key"] = _be64(av, 0)
-        out["av_qpn"] = dqp & 0xFFFFFF
-        off = off + np.where(dqp & EXTENDED_AV, 48, 16)
-    op = c["opcode"]
+        out["dc_key"] = np.where(has_av, _be64(av, 0), 0)
+        out["av_qpn"] = np.where(has_av, dqp & 0xFFFFFF, 0)
+        off = off + np.where(has_av, np.where(dqp & EXTENDED_AV, 48, 16), 0)
     has_raddr = np.isin(op, list(RDMA_OPS)) & (off + 16 <= end_off)
     r = seg(off)
     out["raddr"] = np.where(has_raddr, _be64(r, 0), 0)

@@ -45,7 +45,7 @@ COLD = {
     "fake_host": INT, "fake_dptr": INT, "cpu": INT, "thread": INT, "pages": INT, "doorbells": INT,
     "cpu_ns": INT, "wall_ns": INT, "spins": INT, "backoffs": INT, "sleeps": INT, "armed_copies": INT,
     "copied_after_forward": INT, "lines": INT, "doorbell_mappings": INT, "unwatched_pages": INT,
-    "ring_records": INT, "slots": LIST, "opcode": INT, "wr_hooks": INT, "base": INT, "qkey": INT,
+    "ring_records": INT, "slots": LIST, "opcode": INT, "wr_hooks": INT, "base": INT, "qkey": INT, "dc_key": INT,
     "dev": STR, "gid": STR, "link_layer": STR, "type": STR, "state": STATE, "dgid": STR, "rgid": STR,
     "st": STR, "mem": STR, "kind": STR, "symbol": STR, "path": STR, "build_id": STR, "why": STR,
     "where": STR, "msg": STR, "provider": STR, "via": STR, "api": STR, "how": STR,

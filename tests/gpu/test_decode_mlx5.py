@@ -75,6 +75,15 @@ def test_wqes_dc_address_vector_and_inline():
     assert w["inline"].tolist() == [False, True] and w["bytes"].tolist() == [16, 12]
 
 
+def test_dci_nop_has_no_address_vector():
+    """NVSHMEM's NOP on a DCI: ds 2, its second segment whatever the ring held."""
+    ring = bytearray(b"\xab" * (2 * 64))
+    put(ring, 0, ctrl(0, 0x00, 7, 2, 0x08))
+    w, lost = mlx5.wqes(bytes(ring), 2, 0, 1, st=mlx5.ST_DCI)
+    assert lost.size == 0 and w["opcode"].tolist() == [0]
+    assert w["av_qpn"].tolist() == [0] and w["dc_key"].tolist() == [0] and w["nseg"].tolist() == [0]
+
+
 def test_cqes_and_ownership():
     def cqe(opcode, owner, counter, qpn, byte_cnt=0, synd=0):
         e = bytearray(64)

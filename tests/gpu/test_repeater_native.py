@@ -61,7 +61,7 @@ def assert_all_recovered(q, ops):
 def test_wqe_parser_on_handwritten_wqes(progs):
     p = subprocess.run([str(progs / "test_wqe_parse")], capture_output=True, text=True, timeout=30)
     assert p.returncode == 0, p.stderr
-    assert p.stdout.strip() == "checks 26 failures 0"
+    assert p.stdout.strip() == "checks 30 failures 0"
 
 
 @pytest.mark.parametrize("threshold,slots,effective,before", [(1, 64, 1, 0), (128, 256, 128, 0), (128, 64, 32, 0),

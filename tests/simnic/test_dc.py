@@ -7,7 +7,8 @@ import re
 
 from .conftest import example, free_port, run, run_pair
 
-CAPS = "caps: dct=1 compact_address_vector=1 cqe_version=1 log_bf_reg_size=9"
+# `dct` 0: DevX CREATE_DCT is not emulated (UCX would use it); NVSHMEM reads the other three
+CAPS = "caps: dct=0 compact_address_vector=1 cqe_version=1 log_bf_reg_size=9"
 
 
 def _summary(out: str, writes: int, reads: int, atomics: int, sends: int) -> None:
@@ -37,11 +38,18 @@ def test_one_dci_reconnects_between_two_dcts(nic_env):
 
 
 def test_bad_addresses_complete_in_error(nic_env):
-    """No address set (a zeroed datagram segment), a DCT number nobody has, a wrong key: each
-    an error completion, the DCI reset after each; then a good WRITE lands."""
-    res = run([str(example("dc_ops")), "-x"], nic_env, timeout=60)
+    """No address set (a zeroed datagram segment), a DCT number nobody has, a wrong key, an
+    R_Key the DCT lacks (its NAK): each an error completion, the DCI reset after each; then a
+    good WRITE lands (the DCT stayed ready).  The DCT refused
+    the wrong key's connection three times (retry_cnt 2: every retransmission reconnects, as
+    every DC packet names DCT and key; the engine's counters at exit).  Last, a DCT made ready
+    2 ms after the WRITE to it: the retransmission's reconnect finds it ready."""
+    res = run([str(example("dc_ops")), "-x"], {**nic_env, "SIMNIC_DEBUG": "1"}, timeout=60)
     assert res.rc == 0, res.out + res.err
     assert res.out.splitlines() == [
         CAPS,
-        "dc_ops: unset address LOC_PROT_ERR, no such DCT RETRY_EXC_ERR, wrong key RETRY_EXC_ERR, then a good write",
+        "dc_ops: unset address LOC_PROT_ERR, no such DCT RETRY_EXC_ERR, wrong key RETRY_EXC_ERR, bad rkey "
+        "REM_ACCESS_ERR, then a good write; a DCT ready late: written after a retry",
     ]
+    [counters] = [line for line in res.err.splitlines() if "DC key violations" in line]
+    assert counters.endswith(" errors 0 UD dropped 0 DC key violations 3")

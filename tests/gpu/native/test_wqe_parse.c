@@ -133,6 +133,16 @@ int main(void)
     data(4, 48, 32, 0x34, 0x8000);
     CHECK(wqe_parse(ring, 8, 4, 5, MLX5_ST_DCI, &w) == 1);
     CHECK(w.opcode == 0x10 && w.av_qpn == 0x123 && w.raddr == 0x7000 && w.seg[0].len == 32);
+    CHECK(w.av_lid == 0);
+    /* the AV's LID (rlid, be16 at byte 14 of it) */
+    at(4, 30)[0] = 0x12;
+    at(4, 31)[0] = 0x34;
+    CHECK(wqe_parse(ring, 8, 4, 5, MLX5_ST_DCI, &w) == 1 && w.av_lid == 0x1234);
+    /* a NOP on a DCI (NVSHMEM's: ds 2, its second segment left over): no address vector */
+    memset(ring, 0xab, sizeof(ring));
+    ctrl(1, 0, 0x00, 0x99, 2, 0x08, 0);
+    CHECK(wqe_parse(ring, 8, 1, 2, MLX5_ST_DCI, &w) == 1);
+    CHECK(w.opcode == 0 && !w.has_av && w.av_qpn == 0 && w.dc_key == 0 && w.nseg == 0);
 
     /* ds 0 is no WQE */
     memset(ring, 0, sizeof(ring));
