@@ -114,6 +114,12 @@ struct db_page {
     /* held by whoever takes the page's stores: its repeater thread, or a program thread right
      * after it rang (db_cpu_page_service) */
     volatile int busy;
+    /* a program thread found the page held: its store waits for the repeater, which must not
+     * sleep before it looked again.  Cleared by whoever takes the lines next. */
+    volatile int caller_missed;
+    /* the page's last store was taken by a program thread: a store the repeater takes next is
+     * one it saw before the caller looked, not a stream it must spin for */
+    int caller_took_last;
 };
 
 struct db_params {
@@ -131,6 +137,8 @@ struct db_params {
     uint32_t threads;          /* most repeater threads */
     uint32_t spin_us, pause_us, sleep_us, max_sleep_us;
     int yield_while_spinning;  /* sched_yield every 64 polls while spinning (few cores) */
+    int cpu_pages_one_thread;  /* pages of CPU producers share one thread (few cores: set with
+                                  yield_while_spinning) */
     int cpus[DB_MAX_THREADS];  /* pin thread i to cpus[i % n_cpus]; n_cpus 0: not pinned */
     int n_cpus;
 };
