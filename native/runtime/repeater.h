@@ -4,7 +4,8 @@
  * first 64 bytes at the register's offset) and a repeater thread forwards each new 8-byte value to
  * the real register (`target`) with one 64-bit store, in order, after recording it.  A bounded
  * number of repeater threads share the pages (page k goes to thread k % threads), so a program
- * with many UARs does not get as many spinning threads.
+ * with many UARs does not get as many spinning threads; on a machine of few cores the pages of
+ * CPU producers all go to one (their callers take most stores themselves).
  *
  * Threads spin while doorbells flow, then back off (pause + yield, then short sleeps with
  * PR_SET_TIMERSLACK 1 whose length doubles up to a bound, which bounds the wake-up latency).
