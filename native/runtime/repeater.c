@@ -957,6 +957,23 @@ static void account_when_quiet(struct db_rthread *T, uint32_t n)
     T->bo.flushed = 1;
 }
 
+/* A thread of CPU pages only that took no store itself for this long (its callers take theirs,
+ * or the pages went quiet, as UCP's wire-up page does) sleeps up to CPU_IDLE_SLEEP_US, as the
+ * emulated NIC's engine backs off to 1 ms: at 100 us its wake-ups still took the cores of the
+ * programs that spin beside it.  What it then does late: parse WQEs its callers announced (their
+ * records come that much later, none is lost: the callers copied them), and forward a store no
+ * caller took, made outside a hooked call after a long quiet spell. */
+#define CPU_IDLE_LONG_NS 100000000ull
+#define CPU_IDLE_SLEEP_US 1000u
+
+static int cpu_pages_only(struct db_rthread *T, uint32_t n)
+{
+    for (uint32_t i = 0; i < n; i++)
+        if (!T->pages[i]->cpu)
+            return 0;
+    return n > 0;
+}
+
 /* Whether a program thread found one of the pages held and left its store to us. */
 static int caller_missed_any(struct db_rthread *T, uint32_t n)
 {
@@ -1015,7 +1032,10 @@ static void back_off(struct db_rthread *T, uint32_t n)
         uint32_t req = __atomic_load_n(&T->flush_req, __ATOMIC_ACQUIRE);
         if (req == __atomic_load_n(&T->flush_ack, __ATOMIC_ACQUIRE))
             syscall(SYS_futex, &T->flush_req, FUTEX_WAIT_PRIVATE, req, &ts, NULL, 0);
-        b->sleep_us = b->sleep_us * 2 > p->max_sleep_us ? p->max_sleep_us : b->sleep_us * 2;
+        uint32_t most = p->max_sleep_us;
+        if (most < CPU_IDLE_SLEEP_US && idle >= CPU_IDLE_LONG_NS && cpu_pages_only(T, n))
+            most = CPU_IDLE_SLEEP_US;
+        b->sleep_us = b->sleep_us * 2 > most ? most : b->sleep_us * 2;
     }
 }
 
