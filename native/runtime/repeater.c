@@ -985,8 +985,9 @@ static int caller_missed_any(struct db_rthread *T, uint32_t n)
     return 0;
 }
 
-/* A pass found no doorbell.  Every 64th such pass also forwards words 1-7 and releases armed
- * copies held too long, then spins, pauses or sleeps by how long the pages have been quiet. */
+/* A pass found no doorbell.  Every 64th such pass (every one while asleep) also forwards words
+ * 1-7 and releases armed copies held too long, then spins, pauses or sleeps by how long the
+ * pages have been quiet. */
 static void back_off(struct db_rthread *T, uint32_t n)
 {
     struct db_backoff *b = &T->bo;
