@@ -14,7 +14,13 @@
    hook's added ns over the shim's (target: at most 1.5 in simple mode).
 
     .venv/bin/python bench/ucx_bench.py [--rounds R] [--perftest-iters N] [--iters N] [--repeat R]
-                                        [--cpu-time] [--no-perftest] [--json]
+                                        [--cpu-time] [--no-perftest] [--no-percall] [--before TREE]
+                                        [--json]
+
+`--before TREE`: another source tree of sigmatrace, built (`python native/build.py` there, and
+this tree's sigmatrace/_native*.so copied into it; e.g. `git archive main | tar -x -C TREE`):
+its traced variants run in the same rounds, as "MODE before", so that a change is measured
+side by side with what it changes under the same load.
 """
 from __future__ import annotations
 
@@ -44,18 +50,24 @@ def sigmatrace() -> list[str]:
 
 # ---- 1. ucx_perftest latency ---------------------------------------------------------------------
 
-def perftest_once(args: list[str], env: dict, mode: str | None, tmp: Path, tag: str) -> float:
+def perftest_once(args: list[str], env: dict, mode: str | None, tmp: Path, tag: str, tree: Path | None = None) -> float:
+    """One ucx_perftest pair's p50 latency; traced in MODE (None: untraced) by this tree's
+    sigmatrace, or TREE's (run as a module from its source, out of this tree's directory)."""
     from sigmatrace.simnic import cleanup, unique_fabric
 
     fabric = unique_fabric("ucxbench")
     port = free_port()
+    st = sigmatrace()
+    if tree is not None:
+        st = [sys.executable, "-m", "sigmatrace.cli.main"]
+        env = {**env, "PYTHONPATH": str(tree)}
 
     def side(name, extra):
         cmd = ["ucx_perftest", "-p", str(port), *args, *extra]
         if mode is not None:
-            cmd = [*sigmatrace(), "spawn", "-q", "-m", mode, "-p", "ucx,verbs,mlx5", "-o", str(tmp / f"{tag}-{name}"),
+            cmd = [*st, "spawn", "-q", "-m", mode, "-p", "ucx,verbs,mlx5", "-o", str(tmp / f"{tag}-{name}"),
                    "--", *cmd]
-        return [*sigmatrace(), "simnic", "run", "-f", fabric, "--", *cmd]
+        return [*st, "simnic", "run", "-f", fabric, "--", *cmd]
 
     try:
         _, out = run_pair(side("srv", []), side("cli", ["127.0.0.1"]), env, port)
@@ -64,20 +76,24 @@ def perftest_once(args: list[str], env: dict, mode: str | None, tmp: Path, tag: 
     return float(perftest_row(out)[1])
 
 
-def perftest_bench(rounds: int, iters: int, tmp: Path) -> dict:
+def perftest_bench(rounds: int, iters: int, tmp: Path, before: Path | None = None) -> dict:
     tests = {
         "UCT put_short rc_mlx5": (["-t", "put_lat", "-x", "rc_mlx5", "-d", "mlx5_0:1", "-D", "short"], {}),
         "UCP put": (["-t", "ucp_put_lat"], {"UCX_TLS": "rc_mlx5,ud_mlx5,self"}),
     }
-    variants = [None, *MODES]
+    # (label, mode, tree)
+    variants = [("untraced", None, None), *[(m, m, None) for m in MODES]]
+    if before is not None:
+        variants += [(f"{m} before", m, before) for m in MODES]
     out = {}
     for name, (args, extra_env) in tests.items():
         env = {**os.environ, **extra_env}
         full = [*args, "-n", str(iters), "-w", str(max(1, iters // 10)), "-f"]
-        runs = {v or "untraced": [] for v in variants}
+        runs = {label: [] for label, _, _ in variants}
         for r in range(rounds):
-            for v in variants:
-                runs[v or "untraced"].append(perftest_once(full, env, v, tmp, f"{name[:3]}-{v}-{r}".replace(" ", "")))
+            for label, mode, tree in variants:
+                tag = f"{name[:3]}-{label}-{r}".replace(" ", "")
+                runs[label].append(perftest_once(full, env, mode, tmp, tag, tree))
             for d in tmp.glob(f"{name[:3]}-*"):
                 shutil.rmtree(d, ignore_errors=True)
         base = statistics.median(runs["untraced"])
@@ -167,23 +183,33 @@ def main() -> int:
     ap.add_argument("--ring-records", type=int, default=1 << 20, help="sigmatrace ring per thread (records)")
     ap.add_argument("--cpu-time", action="store_true", help="time the loop by its thread's CPU time (a loaded machine)")
     ap.add_argument("--no-perftest", action="store_true", help="only the per-call part")
+    ap.add_argument("--no-percall", action="store_true", help="only the ucx_perftest part")
+    ap.add_argument("--before", type=Path, help="another built source tree: its traced variants too, same rounds")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
+    if args.before is not None and not (args.before / "sigmatrace" / "_lib" / "libsigmatrace_rt.so").exists():
+        raise SystemExit(f"--before {args.before}: no sigmatrace/_lib/libsigmatrace_rt.so there (run native/build.py in it)")
     tmp = Path(tempfile.mkdtemp(prefix="sigmatrace-ucxbench-"))
+    os.chdir(tmp)  # `python -m` puts the working directory first: never this tree for --before
     try:
-        result = {"percall": percall_bench(args.iters, args.repeat, "cpu_ns_per_call" if args.cpu_time else "ns_per_call",
-                                           args.ring_records, tmp)}
+        result = {}
+        if not args.no_percall:
+            result["percall"] = percall_bench(args.iters, args.repeat, "cpu_ns_per_call" if args.cpu_time else "ns_per_call",
+                                              args.ring_records, tmp)
         if not args.no_perftest:
-            result["perftest"] = perftest_bench(args.rounds, args.perftest_iters, tmp)
+            result["perftest"] = perftest_bench(args.rounds, args.perftest_iters, tmp,
+                                                args.before.resolve() if args.before else None)
     finally:
+        os.chdir(ROOT)
         shutil.rmtree(tmp, ignore_errors=True)
     if args.json:
         print(json.dumps(result, indent=2))
         return 0
-    pc = result["percall"]
-    print(f"per-call cost, uct_rc_mlx5_ep_put_short into a stub, {pc['iters']:,} timed calls, median of "
-          f"{args.repeat} alternating rounds ({pc['clock']})")
-    print(f"  {'variant':28} {'ns/call':>9} {'added ns':>9} {'x shim':>7}  x shim per run")
+    pc = result.get("percall", {"iters": 0, "calls": 0, "clock": "-", "results": {}})
+    if "percall" in result:
+        print(f"per-call cost, uct_rc_mlx5_ep_put_short into a stub, {pc['iters']:,} timed calls, median of "
+              f"{args.repeat} alternating rounds ({pc['clock']})")
+        print(f"  {'variant':28} {'ns/call':>9} {'added ns':>9} {'x shim':>7}  x shim per run")
     for name, r in pc["results"].items():
         per = " ".join(f"{v:.2f}" for v in r.get("vs_shim_runs", []))
         vs = f"{r['vs_shim']:.2f}" if "vs_shim" in r else "-"
@@ -194,7 +220,7 @@ def main() -> int:
     for test, rows in result.get("perftest", {}).items():
         print(f"ucx_perftest {test}: p50 latency (us), median of {args.rounds} alternating rounds, -n {args.perftest_iters}")
         for v, r in rows.items():
-            print(f"  {v:12} {r['p50_us']:10.3f}  {r['overhead'] * 100:+7.1f} %   runs: "
+            print(f"  {v:17} {r['p50_us']:10.3f}  {r['overhead'] * 100:+7.1f} %   runs: "
                   + " ".join(f"{x:.3f}" for x in r["runs"]))
     print("x shim = added ns / the LD_PRELOAD shim's added ns (same two records, no I/O).  Target: <= 1.5 in simple "
           "mode.  ucx_perftest on the emulated NIC: its latency is the emulator's, so overheads there are read "

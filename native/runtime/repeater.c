@@ -157,6 +157,10 @@ void db_params_load(struct db_params *p, int mode)
     long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
     /* on a machine with few cores a spinning repeater must let the application's threads run */
     p->yield_while_spinning = (int)cfg_u32_or("repeater_yield", ncpu > 0 && ncpu <= 4 ? 1 : 0);
+    /* pages of CPU producers mostly have their stores taken by the threads that rang them, so a
+     * thread each buys nothing there, and every sleeping thread's wake-ups take the cores the
+     * program needs (UCP's ud_mlx5 wire-up page next to its rc_mlx5 one: docs/cpu-wqes.md) */
+    p->cpu_pages_one_thread = ncpu > 0 && ncpu <= 4;
     const char *order = cfg_str("wqe_copy_order"), *legacy = cfg_str("wqe_copy_before_forward");
     /* adaptive, except where the repeater shares few cores with the program: there a quiet page
      * says the producer was not scheduled, not that it waits for completions */
@@ -676,6 +680,8 @@ struct cpu_store {
 static int take_cpu_lines(struct db_rthread *T, struct db_page *pg)
 {
     struct cpu_store st[DB_PAGE_MAX_LINES];
+    /* before reading the lines: a caller that said it missed the page stored before saying so */
+    __atomic_store_n(&pg->caller_missed, 0, __ATOMIC_SEQ_CST);
     uint32_t n = __atomic_load_n(&pg->n_lines, __ATOMIC_ACQUIRE), k = 0;
     for (uint32_t i = 0; i < n; i++) {
         uint64_t raw = __atomic_load_n((volatile uint64_t *)(pg->cpu_fake + pg->line_off[i]), __ATOMIC_ACQUIRE);
@@ -717,7 +723,13 @@ static int take_cpu_lines(struct db_rthread *T, struct db_page *pg)
 int db_cpu_page_service(struct db_page *pg)
 {
     struct db_rthread *T = pg->thread;
-    if (!pg->cpu || !T || !T->p.caller_forward || pg->stopped || !page_try(pg))
+    if (!pg->cpu || !T || !T->p.caller_forward || pg->stopped)
+        return 0;
+    /* said before trying: if the page is held, its holder either reads this thread's store (a
+     * take clears the flag before reading the lines) or sees the flag once it let go, and then
+     * polls again before it sleeps (back_off), so the store never waits out a sleep */
+    __atomic_store_n(&pg->caller_missed, 1, __ATOMIC_SEQ_CST);
+    if (!page_try(pg))
         return 0;
     int took = 0;
     /* not while the session ends: the repeater's flush accounts every store before its own end,
@@ -727,8 +739,10 @@ int db_cpu_page_service(struct db_page *pg)
         uint64_t before = pg->live->forwarded;
         took = take_cpu_lines(T, pg);
         pg->live->forwarded_by_caller += pg->live->forwarded - before;
-        if (took)
+        if (took) {
+            pg->caller_took_last = 1;
             __atomic_store_n(&T->served, 1, __ATOMIC_RELEASE); /* its quiet pass parses them */
+        }
     }
     page_leave(pg);
     return took;
@@ -802,8 +816,20 @@ static void report_stats(struct db_rthread *T)
 /* Handle the page's doorbell word if it changed since we last saw it; 1 if it had. */
 static int take_doorbell(struct db_rthread *T, struct db_page *pg)
 {
-    if (pg->cpu)
-        return take_cpu_lines(T, pg);
+    if (pg->cpu) {
+        /* a store seen before the caller that rang it looked (it lost its core in between, or
+         * found the page held) is forwarded like any other, but is no stream to spin for: the
+         * caller takes the next ones.  Spinning for it, the repeater took the cores of two
+         * spinning programs for 2 ms (spin, then pause) and, awake, won the next race too. */
+        int callers = pg->caller_took_last;
+        if (!take_cpu_lines(T, pg))
+            return 0;
+        pg->caller_took_last = 0;
+        if (!callers)
+            return 1;
+        __atomic_store_n(&T->served, 1, __ATOMIC_RELEASE); /* parsed by the next quiet pass */
+        return 0;
+    }
     uint64_t v = __atomic_load_n(&pg->watch[0], __ATOMIC_RELAXED);
     if (v == pg->last[0]) {
         /* quiet: read the records once more, and again while one is ahead */
@@ -823,6 +849,9 @@ static void arm_quiet_pages(struct db_rthread *T, uint32_t n)
 {
     for (uint32_t i = 0; i < n; i++) {
         struct db_page *pg = T->pages[i];
+        /* holding a CPU page for nothing would make its callers leave their stores to us */
+        if (!__atomic_load_n(&pg->arm_q, __ATOMIC_RELAXED))
+            continue;
         page_enter(pg);
         struct db_qp *q = pg->arm_q;
         pg->arm_q = NULL;
@@ -841,6 +870,8 @@ static void expire_armed(struct db_rthread *T, uint32_t n, uint64_t now)
 {
     for (uint32_t i = 0; i < n; i++) {
         struct db_page *pg = T->pages[i];
+        if (!__atomic_load_n(&pg->armed_q, __ATOMIC_RELAXED))
+            continue;
         page_enter(pg);
         struct db_qp *q = pg->armed_q;
         if (q && now - pg->armed_ns >= (uint64_t)T->p.arm_hold_us * 1000) {
@@ -926,18 +957,48 @@ static void account_when_quiet(struct db_rthread *T, uint32_t n)
     T->bo.flushed = 1;
 }
 
+/* A thread of CPU pages only that took no store itself for this long (its callers take theirs,
+ * or the pages went quiet, as UCP's wire-up page does) sleeps up to CPU_IDLE_SLEEP_US, as the
+ * emulated NIC's engine backs off to 1 ms: at 100 us its wake-ups still took the cores of the
+ * programs that spin beside it.  What it then does late: parse WQEs its callers announced (their
+ * records come that much later, none is lost: the callers copied them), and forward a store no
+ * caller took, made outside a hooked call after a long quiet spell. */
+#define CPU_IDLE_LONG_NS 100000000ull
+#define CPU_IDLE_SLEEP_US 1000u
+
+static int cpu_pages_only(struct db_rthread *T, uint32_t n)
+{
+    for (uint32_t i = 0; i < n; i++)
+        if (!T->pages[i]->cpu)
+            return 0;
+    return n > 0;
+}
+
+/* Whether a program thread found one of the pages held and left its store to us. */
+static int caller_missed_any(struct db_rthread *T, uint32_t n)
+{
+    for (uint32_t i = 0; i < n; i++) {
+        struct db_page *pg = T->pages[i];
+        if (pg->cpu && !pg->stopped && __atomic_load_n(&pg->caller_missed, __ATOMIC_SEQ_CST))
+            return 1;
+    }
+    return 0;
+}
+
 /* A pass found no doorbell.  Every 64th such pass also forwards words 1-7 and releases armed
  * copies held too long, then spins, pauses or sleeps by how long the pages have been quiet. */
 static void back_off(struct db_rthread *T, uint32_t n)
 {
     struct db_backoff *b = &T->bo;
     const struct db_params *p = &T->p;
-    if (++b->polls & 63) {
+    /* asleep, one pass per wake-up: 64 (some 10 us) made each wake-up cost the program's
+     * cores as much again as the switch */
+    if ((++b->polls & 63) && T->state != ST_REP_SLEEPING) {
         cpu_relax();
         return;
     }
     for (uint32_t i = 0; i < n; i++)
-        if (!T->pages[i]->stopped) {
+        if (!T->pages[i]->stopped && !T->pages[i]->cpu) { /* words 1-7: GPU pages only */
             page_enter(T->pages[i]);
             forward_other_words(T->pages[i]);
             page_leave(T->pages[i]);
@@ -960,6 +1021,8 @@ static void back_off(struct db_rthread *T, uint32_t n)
         sched_yield();
     } else {
         account_when_quiet(T, n);
+        if (caller_missed_any(T, n))
+            return; /* a store a caller left us: take it before sleeping */
         set_state(T, ST_REP_SLEEPING);
         add_counter(T, offsetof(struct st_live_repeater, sleeps), 1);
         /* tv_nsec must stay below a second (a longer repeater_max_sleep_us made nanosleep fail
@@ -969,7 +1032,10 @@ static void back_off(struct db_rthread *T, uint32_t n)
         uint32_t req = __atomic_load_n(&T->flush_req, __ATOMIC_ACQUIRE);
         if (req == __atomic_load_n(&T->flush_ack, __ATOMIC_ACQUIRE))
             syscall(SYS_futex, &T->flush_req, FUTEX_WAIT_PRIVATE, req, &ts, NULL, 0);
-        b->sleep_us = b->sleep_us * 2 > p->max_sleep_us ? p->max_sleep_us : b->sleep_us * 2;
+        uint32_t most = p->max_sleep_us;
+        if (most < CPU_IDLE_SLEEP_US && idle >= CPU_IDLE_LONG_NS && cpu_pages_only(T, n))
+            most = CPU_IDLE_SLEEP_US;
+        b->sleep_us = b->sleep_us * 2 > most ? most : b->sleep_us * 2;
     }
 }
 
@@ -1070,7 +1136,13 @@ static struct db_page *page_start(const struct db_params *p, volatile void *watc
     pg->live->uar_reg_addr = (uint64_t)(uintptr_t)target;
     pg->live->fake_host = (uint64_t)(uintptr_t)watch;
     pg->live->state = ST_REP_SLEEPING;
-    struct db_rthread *T = thread_for(p, (uint32_t)pg->index);
+    static struct db_rthread *cpu_thread; /* the one for pages of CPU producers */
+    struct db_rthread *T = pg->cpu && p->cpu_pages_one_thread && cpu_thread &&
+                                   cpu_thread->n_pages < MAX_PAGES_PER_THREAD
+                               ? cpu_thread
+                               : thread_for(p, (uint32_t)pg->index);
+    if (pg->cpu && T && !cpu_thread)
+        cpu_thread = T;
     if (!T || T->n_pages >= MAX_PAGES_PER_THREAD) {
         free(pg);
         pg = NULL;

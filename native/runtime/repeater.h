@@ -4,7 +4,8 @@
  * first 64 bytes at the register's offset) and a repeater thread forwards each new 8-byte value to
  * the real register (`target`) with one 64-bit store, in order, after recording it.  A bounded
  * number of repeater threads share the pages (page k goes to thread k % threads), so a program
- * with many UARs does not get as many spinning threads.
+ * with many UARs does not get as many spinning threads; on a machine of few cores the pages of
+ * CPU producers all go to one (their callers take most stores themselves).
  *
  * Threads spin while doorbells flow, then back off (pause + yield, then short sleeps with
  * PR_SET_TIMERSLACK 1 whose length doubles up to a bound, which bounds the wake-up latency).
@@ -114,6 +115,12 @@ struct db_page {
     /* held by whoever takes the page's stores: its repeater thread, or a program thread right
      * after it rang (db_cpu_page_service) */
     volatile int busy;
+    /* a program thread found the page held: its store waits for the repeater, which must not
+     * sleep before it looked again.  Cleared by whoever takes the lines next. */
+    volatile int caller_missed;
+    /* the page's last store was taken by a program thread: a store the repeater takes next is
+     * one it saw before the caller looked, not a stream it must spin for */
+    int caller_took_last;
 };
 
 struct db_params {
@@ -131,6 +138,8 @@ struct db_params {
     uint32_t threads;          /* most repeater threads */
     uint32_t spin_us, pause_us, sleep_us, max_sleep_us;
     int yield_while_spinning;  /* sched_yield every 64 polls while spinning (few cores) */
+    int cpu_pages_one_thread;  /* pages of CPU producers share one thread (few cores: set with
+                                  yield_while_spinning) */
     int cpus[DB_MAX_THREADS];  /* pin thread i to cpus[i % n_cpus]; n_cpus 0: not pinned */
     int n_cpus;
 };

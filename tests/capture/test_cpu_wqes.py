@@ -348,3 +348,29 @@ def test_ucx_ud_mlx5_am_lat_wqes(tmp_path, _):
     # each side's datagrams go to the other's QP
     assert set(client.records()[client.records()["type"] == int(RecType.WQE_AV)]["aux32"].tolist()) == \
         {int(server.wqes()["qpn"][0])}
+
+
+@pytest.mark.parametrize("_", [pytest.param(0, marks=needs_ucx, id="ucp_put_lat")])
+def test_ucp_cpu_pages_share_one_repeater(tmp_path, _):
+    """UCP over rc_mlx5 with ud_mlx5 for its wire-up hands out two registers, each a page of ours:
+    on a machine of few cores both are served by one repeater thread (docs/cpu-wqes.md: a second
+    one, for the wire-up page that goes idle, woke every 100 us for the life of the process and
+    took the cores the program needed).  Every store still forwarded once, every WQE recorded:
+    the -n puts as RDMA_WRITEs of the rc_mlx5 queue, the wire-up as SENDs (of the UD queue, and
+    of the RC one once connected)."""
+    if not 0 < (os.cpu_count() or 0) <= 4:
+        pytest.skip("CPU pages share a repeater on machines of at most 4 cores")
+    args = ["-t", "ucp_put_lat", "-n", str(N), "-w", "0", "-f"]
+    server, client = ucx_pair(tmp_path, args, {"UCX_TLS": "rc_mlx5,ud_mlx5,self"})
+    for me in (client, server):
+        [stats] = events(me.trace, "repeater_stats")
+        rep = me.report()
+        assert stats["pages"] == len(rep["repeaters"]) == 2
+        assert stats["doorbells"] == rep["doorbells"] == sum(r["forwarded"] for r in rep["repeaters"])
+        w = me.wqes()
+        rc, ud = cpu_qpns(me, "devx"), cpu_qpns(me, "init_obj")
+        writes = w[w["op"] == OPC["RDMA_WRITE"]]
+        assert len(writes) == N and set(writes["qpn"].tolist()) <= rc and set(writes["len"].tolist()) == {8}
+        assert set(w[w["qpn"] == min(ud)]["op"].tolist()) == {OPC["SEND"]} and len(ud) == 1
+        assert set(w["qpn"].tolist()) <= rc | ud
+        assert rep["wqes"] == len(w) and rep["wqe_losses"] == 0 and rep["drops"] == 0
