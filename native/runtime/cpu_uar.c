@@ -10,6 +10,7 @@
 #include <sys/mman.h>
 
 #include "cpu_uar.h"
+#include "cuda_driver.h"
 #include "db_env.h"
 
 #define MAX_PAGES 1024
@@ -165,4 +166,16 @@ void cpu_uar_qp_gone(uint32_t qpn)
         if (g_qps[i]->qpn == qpn)
             g_qps[i]->dead = 1; /* its repeater drains and retires it */
     pthread_mutex_unlock(&g_lock);
+}
+
+void cpu_uar_gpu_context(struct db_page *pg)
+{
+    CUcontext ctx = NULL;
+    if (pg->cuctx || !cuda_drv_ready() || !cu_drv.CtxGetCurrent || cu_drv.CtxGetCurrent(&ctx) != CUDA_SUCCESS)
+        return;
+    if (ctx)
+        db_page_set_cuctx(pg, ctx);
+    else
+        db_error("cpu_uar", "repeater %d: no current CUDA context where a queue in GPU memory joined it: its WQEs cannot be copied",
+                 pg->index);
 }
