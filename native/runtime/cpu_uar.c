@@ -29,13 +29,6 @@ static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
 
 int cpu_uar_enabled(void) { return db_recording() && db_doorbell_mode() != ST_DB_OFF; }
 
-static void on_stop(int reason, void *arg)
-{
-    (void)reason;
-    (void)arg;
-    db_flush_all(200); /* account what was recovered; forwarding goes on */
-}
-
 /* The entry of the page holding ADDR: the UAR page, or (WITH_FAKE) ours.  Lock held. */
 static struct page_ent *entry_of(uint64_t addr, int with_fake)
 {
@@ -49,7 +42,6 @@ static struct page_ent *entry_of(uint64_t addr, int with_fake)
 /* The entry standing in for UAR page `real`, made on first need; NULL if none can be.  Lock held. */
 static struct page_ent *page_for(uint64_t real)
 {
-    static int stop_hooked;
     struct page_ent *known = entry_of(real, 0);
     if (known)
         return known;
@@ -71,8 +63,7 @@ static struct page_ent *page_for(uint64_t real)
         munmap(fake, 4096);
         return NULL;
     }
-    if (!stop_hooked++)
-        db_on_stop(on_stop, NULL);
+    db_flush_at_each_stop(); /* account what was recovered at the session's end */
     pg->live->fake_host = (uint64_t)(uintptr_t)fake;
     struct page_ent *e = &g_pages[g_n_pages++];
     e->real = real;

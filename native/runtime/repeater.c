@@ -1222,6 +1222,20 @@ int db_page_stop(struct db_page *pg, int timeout_ms)
     return 0;
 }
 
+static void flush_on_stop(int reason, void *arg)
+{
+    (void)reason;
+    (void)arg;
+    db_flush_all(200); /* account what was recovered; forwarding goes on */
+}
+
+void db_flush_at_each_stop(void)
+{
+    static int once;
+    if (!__atomic_exchange_n(&once, 1, __ATOMIC_ACQ_REL))
+        db_on_stop(flush_on_stop, NULL);
+}
+
 void db_flush_all(int timeout_ms)
 {
     uint32_t n = __atomic_load_n(&g_n_threads, __ATOMIC_ACQUIRE);

@@ -191,6 +191,9 @@ int db_page_stop(struct db_page *pg, int timeout_ms);
 /* Every repeater thread synchronises and parses what it has recovered, then records nothing
  * more in this session (recording stops).  Waits up to timeout_ms for all of them. */
 void db_flush_all(int timeout_ms);
+/* Have db_flush_all(200) run at each session's stop: one hook, however many kinds of page (CPU
+ * pages, CUDA copies) ask for it, so each stop flushes (and reports each thread) once. */
+void db_flush_at_each_stop(void);
 /* QP lookup for doorbells of a qpn the page does not know yet (devx_state.c installs it). */
 void db_set_qp_resolver(struct db_qp *(*fn)(uint32_t qpn, struct db_page *pg));
 
