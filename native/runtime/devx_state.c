@@ -12,7 +12,6 @@
 
 #include "cpu_sq_table.h"
 #include "cpu_uar.h"
-#include "cuda_driver.h"
 #include "devx_state.h"
 
 /* Mailbox lengths below which a field we read would lie outside: an INIT2RTR mailbox is read
