@@ -28,14 +28,14 @@ CLIENT_TAIL = [
 ENGINE_DTOH = 7
 
 
-def cuda_pair(tmp_path, client_args: list[str]):
+def cuda_pair(tmp_path, client_args: list[str], mode: str = "wqe"):
     """devx_rc's server (host memory) and client (CLIENT_ARGS) on the driver test double, each
-    under `sigmatrace spawn --doorbells wqe`; (server trace, client stdout, client stderr,
+    under `sigmatrace spawn --doorbells MODE` (off: --no-doorbells); (server trace, client stdout, client stderr,
     client trace), both having exited 0."""
     env = {**os.environ, **environment(devices=1, fabric=f"cc-{uuid.uuid4().hex[:10]}", cuda_stub=True),
            "CUDASTUB_STATS": "1"}
     port = str(free_port())
-    cmd = [*sigmatrace_cmd(), "spawn", "-q", "--doorbells", "wqe"]
+    cmd = [*sigmatrace_cmd(), "spawn", "-q", *(["--no-doorbells"] if mode == "off" else ["--doorbells", mode])]
     prog = example("devx_rc")
     server = start_cmd([*cmd, "--out", str(tmp_path / "s"), "--", prog, "-p", port], env=env)
     time.sleep(1.0)
@@ -128,3 +128,23 @@ def test_gpu_handed_page_is_the_same_repeaters(tmp_path):
     assert_every_wqe(s, c, uar["cpu_repeater"])
     assert report(c)["repeaters"][0]["fake_dptr"] == dp["dptr"]
     assert cudastub_stats(err)["cuMemcpyDtoHAsync"] == ENGINE_DTOH + 6, err
+
+
+def test_host_rings_forward_mode_and_doorbells_off(tmp_path):
+    """devx_rc -g -H with `--doorbells forward`: the six doorbells recorded and forwarded, no
+    WQE read, so no copy of device memory beyond the emulated NIC's own; with --no-doorbells the
+    program keeps its real register (no page of ours) and runs as untraced."""
+    s, out, err, c = cuda_pair(tmp_path / "fwd", ["-g", "-H"], mode="forward")
+    assert out.splitlines()[-3:] == CLIENT_TAIL
+    r = report(c)
+    assert (r["doorbells"], r["wqes"], r["wqe_losses"]) == (6, 0, 0)
+    [uar] = events(c, "devx_uar_alloc")
+    assert [rep["index"] for rep in r["repeaters"]] == [uar["cpu_repeater"]]
+    assert cudastub_stats(err)["cuMemcpyDtoHAsync"] == ENGINE_DTOH, err
+
+    s, out, err, c = cuda_pair(tmp_path / "off", ["-g", "-H"], mode="off")
+    assert out.splitlines()[-3:] == CLIENT_TAIL
+    [uar] = events(c, "devx_uar_alloc")
+    assert uar["cpu_repeater"] == -1 and events(c, "repeater_start") == []
+    assert report(c)["doorbells"] == 0
+    assert cudastub_stats(err)["cuMemcpyDtoHAsync"] == ENGINE_DTOH, err
