@@ -1,7 +1,7 @@
 /* An RC QP built with DevX, as GPU-initiated libraries build theirs, driven by hand.
  *
  *   devx_rc [-g] [-p PORT]        server: a DevX QP, a region with a counter
- *   devx_rc [-g] [-p PORT] HOST   client: WRITE, READ and FETCH_ADD through its own SQ
+ *   devx_rc [-g [-H]] [-p PORT] HOST   client: WRITE, READ and FETCH_ADD through its own SQ
  *
  * Both sides open the device with mlx5dv_open_device(DEVX), read the HCA capabilities
  * (QUERY_HCA_CAP), allocate a UAR, register user memory for the CQ ring, the work queue and
@@ -19,6 +19,11 @@
  * No kernel runs: the host writes WQEs and reads CQEs with the driver's copies, and the
  * emulated NIC moves data with them.  The driver is dlopen'ed (libcuda.so.1): the real one on
  * a GPU machine, or sigmatrace's test double (cudastub) in CI.
+ *
+ * With -H (with -g) the host rings, as NVSHMEM's IBGDA does with its CPU proxy
+ * (NVSHMEM_IBGDA_NIC_HANDLER=cpu_host_memory): the CQ ring, the work queue and the data stay in
+ * device memory, the doorbell records move to host memory, and the UAR is never handed to the
+ * driver: the host stores each doorbell through uar->reg_addr itself.
  *
  * With -C a side builds its queues as NVSHMEM's IBGDA does: the CQ collapsed and ignoring
  * overrun (cqc.cc, cqc.oi: every CQE lands in entry 0, which the poller reads for the WQE
@@ -46,6 +51,7 @@ typedef int CUresult;
 typedef unsigned long long CUdeviceptr;
 static int g_gpu;
 static int g_collapsed;		/* -C: the CQ as NVSHMEM's IBGDA makes it */
+static int g_host_rings;	/* -H: the UAR rung by the host, doorbell records in host memory */
 static const char *g_cuda_kind = "host";
 static struct {
 	CUresult (*init)(unsigned);
@@ -206,7 +212,9 @@ static void build(struct devx_qp *d)
 	CHECK((uint8_t *)d->uar->reg_addr == (uint8_t *)d->uar->base_addr + 0x800, "reg_addr");
 
 	d->db_reg = d->uar->reg_addr;
-	if (g_gpu) {
+	if (g_gpu && g_host_rings) {
+		printf("cuda: %s; UAR rung by the host\n", g_cuda_kind);
+	} else if (g_gpu) {
 		/* NVSHMEM maps the UAR with IOMEMORY; the emulated UAR is ordinary memory */
 		CUresult r = cu.host_register(d->uar->base_addr, 4096, 0x1 | 0x2 | 0x4);
 		CUdeviceptr dp;
@@ -225,7 +233,13 @@ static void build(struct devx_qp *d)
 
 	d->cq_buf = dmem_alloc(64u << LOG_CQ);
 	d->wq_buf = dmem_alloc(64u << LOG_SQ);
-	d->dbr = dmem_alloc(4096);
+	if (g_host_rings) {		/* host memory: written by the host, read by the NIC */
+		d->dbr = aligned_alloc(4096, 4096);
+		CHECK(d->dbr, "out of memory");
+		memset(d->dbr, 0, 4096);
+	} else {
+		d->dbr = dmem_alloc(4096);
+	}
 	{
 		uint8_t *init = calloc(1, 64u << LOG_CQ);
 
@@ -324,6 +338,16 @@ static void connect_devx(struct devx_qp *d, const struct peer_info *me, const st
 	CHECK(prm_get(out, PRM_QPC_REMOTE_QPN) == peer->qpn, "remote qpn");
 }
 
+/* Stores a doorbell record's counter at byte OFF of the records: a copy into device memory, or
+ * (-H) a plain store into host memory. */
+static void dbr_put(struct devx_qp *d, uint32_t off, __be32 rec)
+{
+	if (g_host_rings)
+		__atomic_store_n((__be32 *)(d->dbr + off), rec, __ATOMIC_RELEASE);
+	else
+		dmem_put(d->dbr + off, &rec, 4);
+}
+
 /* Writes one WQE at the producer index, then doorbell record and UAR, as NVSHMEM does. */
 static void post_wqe(struct devx_qp *d, uint8_t opcode, uint64_t laddr, uint32_t len, uint32_t lkey,
 		     uint64_t raddr, uint32_t rkey, uint64_t add)
@@ -356,7 +380,7 @@ static void post_wqe(struct devx_qp *d, uint8_t opcode, uint64_t laddr, uint32_t
 	d->pi++;
 	__atomic_thread_fence(__ATOMIC_RELEASE);
 	rec = htobe32(d->pi & 0xffff);
-	dmem_put(d->dbr + 64 + 4, &rec, 4);	/* send counter: second dword of the record */
+	dbr_put(d, 64 + 4, rec);	/* send counter: second dword of the record */
 	__atomic_thread_fence(__ATOMIC_RELEASE);
 	/* {be32(producer index << 8), be32(qpn << 8)}: opcode 0 and ds 0, as NVSHMEM rings */
 	db = (uint64_t)htobe32(d->pi << 8) | (uint64_t)htobe32(d->qpn << 8) << 32;
@@ -378,7 +402,7 @@ static void post_raw(struct devx_qp *d, uint8_t opcode, uint8_t ds, const void *
 	d->pi++;
 	__atomic_thread_fence(__ATOMIC_RELEASE);
 	rec = htobe32(d->pi & 0xffff);
-	dmem_put(d->dbr + 64 + 4, &rec, 4);
+	dbr_put(d, 64 + 4, rec);
 	__atomic_thread_fence(__ATOMIC_RELEASE);
 	db = (uint64_t)htobe32(d->pi << 8) | (uint64_t)htobe32(d->qpn << 8) << 32;
 	__atomic_store_n(d->db_reg, db, __ATOMIC_RELEASE);
@@ -427,7 +451,7 @@ static struct mlx5_cqe64 poll_cqe(struct devx_qp *d, uint32_t idx)
 	dmem_get(&copy, cqe, sizeof(copy));
 	d->ci++;
 	rec = htobe32(d->ci & 0xffffff);
-	dmem_put(d->dbr, &rec, 4);
+	dbr_put(d, 0, rec);
 check:
 	CHECK(mlx5dv_get_cqe_opcode(&copy) == MLX5_CQE_REQ, "CQE opcode %u (syndrome %#x)",
 	      mlx5dv_get_cqe_opcode(&copy), ((struct mlx5_err_cqe *)&copy)->syndrome);
@@ -500,16 +524,20 @@ int main(int argc, char **argv)
 	int port = 18800, opt, fd;
 	uint64_t v;
 
-	while ((opt = getopt(argc, argv, "p:gC")) != -1) {
+	while ((opt = getopt(argc, argv, "p:gCH")) != -1) {
 		if (opt == 'p')
 			port = atoi(optarg);
 		else if (opt == 'g')
 			g_gpu = 1;
 		else if (opt == 'C')
 			g_collapsed = 1;
+		else if (opt == 'H')
+			g_host_rings = 1;
 		else
-			DIE("usage: devx_rc [-g] [-C] [-p PORT] [HOST]");
+			DIE("usage: devx_rc [-g [-H]] [-C] [-p PORT] [HOST]");
 	}
+	if (g_host_rings && !g_gpu)
+		DIE("-H is for queues in device memory: use it with -g");
 	if (optind < argc)
 		host = argv[optind];
 	setvbuf(stdout, NULL, _IOLBF, 0);
@@ -596,10 +624,14 @@ int main(int argc, char **argv)
 	      !mlx5dv_devx_umem_dereg(d.dbr_umem), "dereg");
 	ibv_dereg_mr(mr);
 	if (g_gpu) {
-		CU(cu.host_unregister(d.uar->base_addr));
+		if (!g_host_rings)
+			CU(cu.host_unregister(d.uar->base_addr));
 		dmem_free(d.cq_buf);
 		dmem_free(d.wq_buf);
-		dmem_free(d.dbr);
+		if (g_host_rings)
+			free(d.dbr);
+		else
+			dmem_free(d.dbr);
 	}
 	dmem_free(region);
 	mlx5dv_devx_free_uar(d.uar);

@@ -10,6 +10,7 @@
 #include <sys/mman.h>
 
 #include "cpu_uar.h"
+#include "cuda_driver.h"
 #include "db_env.h"
 
 #define MAX_PAGES 1024
@@ -28,13 +29,6 @@ static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
 
 int cpu_uar_enabled(void) { return db_recording() && db_doorbell_mode() != ST_DB_OFF; }
 
-static void on_stop(int reason, void *arg)
-{
-    (void)reason;
-    (void)arg;
-    db_flush_all(200); /* account what was recovered; forwarding goes on */
-}
-
 /* The entry of the page holding ADDR: the UAR page, or (WITH_FAKE) ours.  Lock held. */
 static struct page_ent *entry_of(uint64_t addr, int with_fake)
 {
@@ -48,7 +42,6 @@ static struct page_ent *entry_of(uint64_t addr, int with_fake)
 /* The entry standing in for UAR page `real`, made on first need; NULL if none can be.  Lock held. */
 static struct page_ent *page_for(uint64_t real)
 {
-    static int stop_hooked;
     struct page_ent *known = entry_of(real, 0);
     if (known)
         return known;
@@ -70,8 +63,7 @@ static struct page_ent *page_for(uint64_t real)
         munmap(fake, 4096);
         return NULL;
     }
-    if (!stop_hooked++)
-        db_on_stop(on_stop, NULL);
+    db_flush_at_each_stop(); /* account what was recovered at the session's end */
     pg->live->fake_host = (uint64_t)(uintptr_t)fake;
     struct page_ent *e = &g_pages[g_n_pages++];
     e->real = real;
@@ -165,4 +157,16 @@ void cpu_uar_qp_gone(uint32_t qpn)
         if (g_qps[i]->qpn == qpn)
             g_qps[i]->dead = 1; /* its repeater drains and retires it */
     pthread_mutex_unlock(&g_lock);
+}
+
+void cpu_uar_gpu_context(struct db_page *pg)
+{
+    CUcontext ctx = NULL;
+    if (pg->cuctx || !cuda_drv_ready() || !cu_drv.CtxGetCurrent || cu_drv.CtxGetCurrent(&ctx) != CUDA_SUCCESS)
+        return;
+    if (ctx)
+        db_page_set_cuctx(pg, ctx);
+    else
+        db_error("cpu_uar", "repeater %d: no current CUDA context where a queue in GPU memory joined it: its WQEs cannot be copied",
+                 pg->index);
 }

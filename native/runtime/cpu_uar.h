@@ -21,6 +21,9 @@ uint64_t cpu_uar_fake_of(uint64_t addr);
 /* A queue of mlx5dv_init_obj rings through `pg`: its WQEs from producer index `pi_now` on are
  * the repeater's to record. */
 void cpu_uar_add_qp(struct db_page *pg, const struct cpu_sq_info *sq, uint16_t pi_now);
+/* A queue in GPU memory rings through `pg`, or the program hands `pg` to a GPU: its copies of
+ * GPU memory run in the CUDA context current on this thread (kept if it has one already). */
+void cpu_uar_gpu_context(struct db_page *pg);
 /* The queue is destroyed. */
 void cpu_uar_qp_gone(uint32_t qpn);
 

@@ -173,13 +173,6 @@ static void free_pinned(struct db_copier *b, void *m)
 
 static const struct db_copier_ops cuda_copier_ops = {make_gpu_copier, alloc_pinned, free_pinned, cuda_classify};
 
-static void on_stop(int reason, void *arg)
-{
-    (void)reason;
-    (void)arg;
-    db_flush_all(200); /* account what was recovered; forwarding goes on */
-}
-
 /* Called by the agent once libcuda is loaded: find the driver, offer CUDA copies to the
  * repeaters.  Returns 0, or -1 when the driver lacks what WQE recovery needs (forwarding still
  * works). */
@@ -188,7 +181,7 @@ DB_EXPORT int st_cuda_init(void)
     static int once;
     if (!__atomic_exchange_n(&once, 1, __ATOMIC_ACQ_REL)) {
         db_set_copier_ops(&cuda_copier_ops, NULL);
-        db_on_stop(on_stop, NULL);
+        db_flush_at_each_stop();
     }
     if (!cuda_drv_ready())
         return -1;

@@ -58,9 +58,10 @@ CUresult cuda_do_register(const char *fn, register_fn real, void *p, size_t n, u
     if (!real)
         return CUDA_ERROR_NOT_INITIALIZED;
     /* A real UAR is a mapping of the NIC's BAR, which the driver registers as I/O memory (what
-     * NVSHMEM's IBGDA asks for); the emulated NIC's UAR is ordinary memory, which the driver
-     * refuses as I/O memory but maps for the GPU with DEVICEMAP.  On a UAR page, so, the request
-     * is granted as hardware grants it: the registration succeeds, device-mapped. */
+     * NVSHMEM's IBGDA asks for); the page of ours the program holds in its place (cpu_uar.c),
+     * like the emulated NIC's UAR, is ordinary memory, which the driver refuses as I/O memory
+     * but maps for the GPU with DEVICEMAP.  On a UAR page, so, the request is granted as
+     * hardware grants it: the registration succeeds, device-mapped. */
     int uar = is_uar(p, n), substituted = uar && (flags & CU_MEMHOSTREGISTER_IOMEMORY);
     unsigned used = substituted ? (flags & ~(unsigned)CU_MEMHOSTREGISTER_IOMEMORY) | CU_MEMHOSTALLOC_DEVICEMAP : flags;
     CUresult r = real(p, n, used);

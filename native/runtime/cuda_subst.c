@@ -1,8 +1,12 @@
 /* The doorbell substitution: cuMemHostGetDevicePointer(_v2) of an address in a UAR page we saw
  * allocated returns, at the same offset, the device pointer of a pinned page of ours that a
- * repeater watches (docs/doorbells.md, "Substitution"). */
+ * repeater watches (docs/doorbells.md, "Substitution").  A UAR the program holds a page of ours
+ * for already (substituted at its allocation, cpu_uar.c) is not substituted again: the program
+ * registered our page and gets its own device pointer, so the GPU rings the page its host threads
+ * ring, watched by the one repeater. */
 #include <inttypes.h>
 
+#include "cpu_uar.h"
 #include "cuda_wrappers.h"
 #include "db_env.h"
 #include "devx_state.h"
@@ -66,7 +70,16 @@ CUresult cuda_device_pointer(const char *fn, devptr_fn real, CUdeviceptr *pd, vo
     int substituted = 0, rep = -1;
     devx_lock();
     int idx = devx_uar_find((uint64_t)(uintptr_t)p, 1, &v);
-    if (idx >= 0 && doorbell_mode() != ST_DB_OFF && (v.repeater || substitute(&v) == 0)) {
+    if (idx >= 0 && v.cpu_page) {
+        /* our page already: the device pointer the driver gave for it is the GPU's way in */
+        struct db_page *pg = v.cpu_page;
+        substituted = 1;
+        rep = pg->index;
+        if (!pg->live->fake_dptr)
+            pg->live->fake_dptr = got;
+        __atomic_store_n(&pg->gpu_mapped, 1, __ATOMIC_RELAXED);
+        cpu_uar_gpu_context(pg);
+    } else if (idx >= 0 && doorbell_mode() != ST_DB_OFF && (v.repeater || substitute(&v) == 0)) {
         /* same offset inside our page as inside the UAR page */
         *pd = v.fake_dptr + ((uint64_t)(uintptr_t)p - v.page);
         substituted = 1;

@@ -12,7 +12,6 @@
 
 #include "cpu_sq_table.h"
 #include "cpu_uar.h"
-#include "cuda_driver.h"
 #include "devx_state.h"
 
 /* Mailbox lengths below which a field we read would lie outside: an INIT2RTR mailbox is read
@@ -107,6 +106,7 @@ int devx_uar_find(uint64_t addr, uint64_t len, struct devx_uar_view *out)
         out->repeater = u->page;
         out->fake_host = u->fake_host;
         out->fake_dptr = u->fake_dptr;
+        out->cpu_page = u->cpu_page;
         return (int)i;
     }
     return -1;
@@ -141,11 +141,11 @@ DB_EXPORT void st_devx_uar_alloc(void *ctx, uint32_t flags, void *uar, uint64_t 
     }
     struct mlx5dv_devx_uar *x = uar;
     uint64_t real_reg = (uint64_t)(uintptr_t)x->reg_addr, real_base = (uint64_t)(uintptr_t)x->base_addr, fake_reg = 0;
-    /* CPU threads that ring this UAR ring a page of ours: swapped before the program reads it.
-     * Not in a process with the CUDA driver: there the UARs are the GPU path's, substituted
-     * when one is handed to a GPU (cuda_subst.c) */
-    struct db_page *cpu_page =
-        cpu_uar_enabled() && !cuda_drv_ready() ? cpu_uar_substitute(real_reg, DEVX_BF_HALF, &fake_reg) : NULL;
+    /* Whoever rings this UAR rings a page of ours: swapped before the program reads it.  Also in
+     * a process with the CUDA driver: a host thread may ring the page (NVSHMEM's CPU proxy), and
+     * a GPU it is handed to (cuMemHostRegister, cuMemHostGetDevicePointer) gets the same page
+     * mapped, so one repeater sees both (cuda_subst.c) */
+    struct db_page *cpu_page = cpu_uar_enabled() ? cpu_uar_substitute(real_reg, DEVX_BF_HALF, &fake_reg) : NULL;
     if (cpu_page) {
         x->reg_addr = (void *)(uintptr_t)fake_reg;
         if ((real_base & ~4095ull) == (real_reg & ~4095ull))
@@ -345,12 +345,17 @@ static void create_qp(void *ctx, const uint8_t *in, uint32_t qpn, void *obj, uin
         o->qp = q;
         o->alive = 1;
     }
-    /* a QP made after its UAR was substituted goes straight to that repeater (a send queue in
-     * host memory: the CPU producers' one) */
+    /* a QP made after its UAR was substituted goes straight to that repeater: the page of ours
+     * the program holds in place of its UAR, whether its send queue is in host memory (written
+     * by CPU threads) or in GPU memory (recovered with the page's CUDA copies, in the context
+     * current now: the program's, which made the queue) */
     for (size_t i = g_n_uars; i-- > 0;)
         if (g_uars[i].alive && g_uars[i].page_id == uar_page && g_uars[i].ctx == ctx) {
-            if (g_uars[i].cpu_page && q->sq_mem == DB_MEM_HOST && q->slots) {
-                q->live->flags |= ST_QPF_CPU_SQ;
+            if (g_uars[i].cpu_page && q->slots && (q->sq_mem == DB_MEM_HOST || q->sq_mem == DB_MEM_GPU)) {
+                if (q->sq_mem == DB_MEM_HOST)
+                    q->live->flags |= ST_QPF_CPU_SQ;
+                else
+                    cpu_uar_gpu_context(g_uars[i].cpu_page);
                 attach_qp(g_uars[i].cpu_page, q);
             } else if (g_uars[i].page) {
                 attach_qp(g_uars[i].page, q);

@@ -22,6 +22,8 @@ struct devx_uar_view {
     int index;          /* position in the UAR table */
     struct db_page *repeater; /* NULL until substituted */
     uint64_t fake_host, fake_dptr; /* our page (host address) and its device pointer */
+    struct db_page *cpu_page; /* the page of ours the program holds in place of the UAR's
+                                 (substituted at allocation, cpu_uar.c), or NULL */
 };
 
 /* Serialises the tables and substitution (cold path only). */

@@ -384,7 +384,10 @@ static void recover_blocks(struct db_page *pg, struct db_qp *q, uint64_t delta, 
  * doorbell covering many (coalesced, or a large batch) says the producer is running ahead. */
 static int copy_after(const struct db_rthread *T, const struct db_page *pg, const struct db_qp *q, uint64_t delta)
 {
-    if (pg->cpu) /* a host queue's copy is a memcpy: the NIC never sees a WQE we did not read */
+    /* a host queue's copy is a memcpy: the NIC never sees a WQE we did not read.  A queue in GPU
+     * memory rung through a page of CPU producers (NVSHMEM's CPU proxy) is copied as on a GPU
+     * page */
+    if (pg->cpu && q->sq_mem != DB_MEM_GPU)
         return 0;
     if (T->p.copy_order != DB_COPY_ADAPTIVE)
         return T->p.copy_order == DB_COPY_AFTER;
@@ -968,8 +971,8 @@ static void account_when_quiet(struct db_rthread *T, uint32_t n)
 
 static int cpu_pages_only(struct db_rthread *T, uint32_t n)
 {
-    for (uint32_t i = 0; i < n; i++)
-        if (!T->pages[i]->cpu)
+    for (uint32_t i = 0; i < n; i++) /* a page handed to a GPU is rung by a kernel, no caller */
+        if (!T->pages[i]->cpu || __atomic_load_n(&T->pages[i]->gpu_mapped, __ATOMIC_RELAXED))
             return 0;
     return n > 0;
 }
@@ -1176,6 +1179,13 @@ struct db_page *db_cpu_page_start(const struct db_params *p, volatile void *fake
                       NULL, fake, real);
 }
 
+void db_page_set_cuctx(struct db_page *pg, void *cuctx)
+{
+    void *none = NULL;
+    if (cuctx)
+        __atomic_compare_exchange_n(&pg->cuctx, &none, cuctx, 0, __ATOMIC_RELEASE, __ATOMIC_RELAXED);
+}
+
 int db_cpu_page_watch(struct db_page *pg, uint32_t off)
 {
     uint32_t n = pg->n_lines;
@@ -1211,6 +1221,20 @@ int db_page_stop(struct db_page *pg, int timeout_ms)
         sleep_ms(1);
     }
     return 0;
+}
+
+static void flush_on_stop(int reason, void *arg)
+{
+    (void)reason;
+    (void)arg;
+    db_flush_all(200); /* account what was recovered; forwarding goes on */
+}
+
+void db_flush_at_each_stop(void)
+{
+    static int once;
+    if (!__atomic_exchange_n(&once, 1, __ATOMIC_ACQ_REL))
+        db_on_stop(flush_on_stop, NULL);
 }
 
 void db_flush_all(int timeout_ms)

@@ -90,7 +90,9 @@ struct db_page {
     uint16_t hint[256];        /* qpn & 255 -> index + 1 into qps, a lookup shortcut */
     struct db_qp *cache;
     struct db_rthread *thread;
-    void *cuctx;               /* CUDA context the page was handed out in (for copies) */
+    void *cuctx;               /* CUDA context the page was handed out in (for copies); a page
+                                  of CPU producers gets one once a queue in GPU memory rings it
+                                  or it is handed to a GPU (db_page_set_cuctx) */
     struct db_copier *gpu_cp;  /* made by the page's thread on first need */
     struct db_qp *arm_q;       /* rang last: arm its next copy once the page is quiet */
     struct db_qp *armed_q;     /* holds an armed copy since armed_ns */
@@ -121,6 +123,9 @@ struct db_page {
     /* the page's last store was taken by a program thread: a store the repeater takes next is
      * one it saw before the caller looked, not a stream it must spin for */
     int caller_took_last;
+    /* the program handed this page of CPU producers to a GPU (cuMemHostGetDevicePointer): a
+     * kernel rings it too, so its thread never takes the long sleeps of CPU pages only */
+    volatile int gpu_mapped;
 };
 
 struct db_params {
@@ -166,6 +171,10 @@ struct db_page *db_page_start(const struct db_params *p, volatile void *watch, v
 /* Start watching a page of CPU producers: `fake` (4 KiB, the program's from now on) stands in
  * for the UAR page `real`.  No register is watched until db_cpu_page_watch adds one. */
 struct db_page *db_cpu_page_start(const struct db_params *p, volatile void *fake, volatile void *real);
+/* The CUDA context a page's copies of queues in GPU memory run in, if it has none yet (a page of
+ * CPU producers learns it when such a queue joins or the page is handed to a GPU).  Before a
+ * queue in GPU memory joins the page (db_page_add_qp makes its copier then). */
+void db_page_set_cuctx(struct db_page *pg, void *cuctx);
 /* Watch the register half at `off` in the page (its current value is the starting one).  0, or
  * -1 when the page watches DB_PAGE_MAX_LINES halves already.  Cold path, caller serialises. */
 int db_cpu_page_watch(struct db_page *pg, uint32_t off);
@@ -182,6 +191,9 @@ int db_page_stop(struct db_page *pg, int timeout_ms);
 /* Every repeater thread synchronises and parses what it has recovered, then records nothing
  * more in this session (recording stops).  Waits up to timeout_ms for all of them. */
 void db_flush_all(int timeout_ms);
+/* Have db_flush_all(200) run at each session's stop: one hook, however many kinds of page (CPU
+ * pages, CUDA copies) ask for it, so each stop flushes (and reports each thread) once. */
+void db_flush_at_each_stop(void);
 /* QP lookup for doorbells of a qpn the page does not know yet (devx_state.c installs it). */
 void db_set_qp_resolver(struct db_qp *(*fn)(uint32_t qpn, struct db_page *pg));
 

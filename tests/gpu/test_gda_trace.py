@@ -98,9 +98,11 @@ def test_n_operations_of_each_kind(gda_run, kinds):
     for k in kinds:
         want[{"write": "RDMA_WRITE", "writev": "RDMA_WRITE", "read": "RDMA_READ", "fadd": "ATOMIC_FA"}[k]] += 2 * n
     assert rep["wqe_ops"] == {k: v for k, v in want.items() if v}
-    assert len(rep["uars"]["watched"]) == 2 and rep["uars"]["unwatched"] == []
-    # the program got our pages, and its results are those of an untraced run (verified by it)
-    assert all(q["db_dptr"] != q["uar_reg_addr"] for q in r.summary["qps"])
+    # every UAR of the two pairs' four QPs is swapped for a page of ours at its allocation (the
+    # initiators' two are rung), and its results are those of an untraced run (verified by it)
+    assert len(rep["uars"]["watched"]) == 4 and rep["uars"]["unwatched"] == []
+    ours = {ev["fake_host"] for ev in r.cold() if ev["ev"] == "repeater_start"}
+    assert {q["uar_reg_addr"] & ~4095 for q in r.summary["qps"]} <= ours
 
 
 def test_untraced_example_is_unchanged(gda_run):
@@ -202,7 +204,12 @@ def test_state_tracking_events(gda_run):
     rtr = [ev for ev in cold if ev["ev"] == "devx_qp_modify" and ev["op"] == "INIT2RTR" and ev["qpn"] == q["qpn"]]
     assert len(rtr) == 1 and rtr[0]["remote_qpn"] == q["peer_qpn"]
     uars = [ev for ev in cold if ev["ev"] == "devx_uar_alloc"]
-    assert len(uars) == 2 and {ev["reg_addr"] for ev in uars} >= {q["uar_reg_addr"]}
+    assert len(uars) == 2
+    # the program holds a page of ours for each, from its allocation, at the register's offset
+    starts = {ev["repeater"]: ev for ev in cold if ev["ev"] == "repeater_start"}
+    assert sorted(starts) == sorted(ev["cpu_repeater"] for ev in uars) == [0, 1]
+    [mine] = [ev for ev in uars if starts[ev["cpu_repeater"]]["fake_host"] == q["uar_reg_addr"] & ~4095]
+    assert mine["reg_addr"] % 4096 == q["uar_reg_addr"] % 4096
     regs = [ev for ev in cold if ev["ev"] == "cu_host_register" and ev["uar"]]
     # the example asks for I/O memory first: granted on the UAR page, as hardware does (the
     # emulated UAR is ordinary memory, registered device-mapped in its place)
@@ -432,10 +439,14 @@ def test_attach_between_two_pairs_traces_the_second_only(tmp_path):
     first, second = s["qps"]
     assert first["latency_ns"]["n"] == second["latency_ns"]["n"] == n
     assert first["db_dptr"] == first["uar_reg_addr"]   # the GPU writes the first pair's page itself
-    assert second["db_dptr"] != second["uar_reg_addr"]  # ... and the second pair's through ours
     td = TraceDir(trace)
     p = td.processes[0]
     assert first["uar_reg_addr"] in {ev["reg_addr"] for ev in p.cold() if ev["ev"] == "uar_unwatched"}
+    # ... and the second pair's through ours, swapped at its allocation after the attach
+    ours = {ev["fake_host"] for ev in p.cold() if ev["ev"] == "repeater_start"}
+    assert second["uar_reg_addr"] & ~4095 in ours and first["uar_reg_addr"] & ~4095 not in ours
+    [dp] = [ev for ev in p.cold() if ev["ev"] == "cu_device_pointer" and ev["substituted"]]
+    assert dp["dptr"] == second["db_dptr"] and dp["host"] == second["uar_reg_addr"]
     rep = build_report(td)
     assert rep["doorbells"] == rep["wqes"] == n + w and rep["wqe_losses"] == 0
     assert rep["wqe_ops"] == {"RDMA_WRITE": n + w}
@@ -447,8 +458,9 @@ def test_attach_between_two_pairs_traces_the_second_only(tmp_path):
 def test_repeater_cpus_pins_the_repeater(gda_run):
     r = gda_run(["--mode", "ops", "-n", "50", "--ops", "write"], spawn_args=["--repeater-cpus", "0"])
     rep = r.report()["repeaters"]
-    assert [x["cpu"] for x in rep] == [0]
-    assert [ev["cpu"] for ev in r.cold() if ev["ev"] == "repeater_start"] == [0]
+    # the pair's two UARs, each a page of ours from its allocation: both on the pinned thread
+    assert [x["cpu"] for x in rep] == [0, 0]
+    assert [ev["cpu"] for ev in r.cold() if ev["ev"] == "repeater_start"] == [0, 0]
 
 
 @pytest.mark.parametrize("bad,msg", [(["--repeater-cpus", "two"], "not a CPU list"),
@@ -468,7 +480,7 @@ def test_latency_and_rate_modes_traced(gda_run, mode):
     rep = r.report()
     posted = sum(q["wqes"] for q in r.summary["qps"])
     assert rep["wqes"] == posted and rep["wqe_losses"] == 0
-    assert len(rep["repeaters"]) == len(r.summary["qps"])
+    assert len(rep["repeaters"]) == 2 * len(r.summary["qps"])  # each pair's two UARs
     if mode[1] == "latency":
         assert rep["wqe_ops"] == {"ATOMIC_FA": 320} and rep["doorbells"] == 320
     else:
