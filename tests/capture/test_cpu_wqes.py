@@ -101,6 +101,28 @@ def trace_records(trace):
     return np.concatenate([s.read() for p in td.processes for s in p.streams()])
 
 
+def assert_devx_rc_client_wqes(s, c, qpn: int, repeater: int) -> None:
+    """devx_rc's client in its trace C (S: the server's): six doorbells of the GPU libraries'
+    form (opcode 0, ds 0), each announcing one block, through REPEATER, and six WQEs with
+    opcode, bytes, the server's region and key, local segment and atomic operand; none lost."""
+    [region] = [r for r in events(s, "mr_reg") if r["len"] == 65536]
+    recs = trace_records(c)
+    mine = recs[recs["qpn"] == qpn]
+    db = mine[mine["type"] == int(RecType.DOORBELL)]
+    assert db["aux32"].tolist() == [1, 2, 3, 4, 5, 6] and db["len"].tolist() == [1] * 6
+    assert db["aux"].tolist() == [0] * 6
+    assert set(db["key"].tolist()) == {repeater}
+    w = mine[mine["type"] == int(RecType.WQE)]
+    base, end = region["addr"] + 4096, region["addr"] + 65536 - 8
+    assert list(zip(w["op"].tolist(), w["len"].tolist(), w["addr"].tolist())) == [
+        (0x08, 4096, base), (0x10, 4096, base), (0x12, 8, end), (0x12, 8, end), (0x12, 8, end), (0x10, 8, end)]
+    assert set(w["key"].tolist()) == {region["rkey"]} and w["aux32"].tolist() == [0, 1, 2, 3, 4, 5]
+    at = mine[mine["type"] == int(RecType.WQE_ATOMIC)]
+    assert at["extra"].tolist() == [100, 200, 300]
+    assert len(mine[mine["type"] == int(RecType.WQE_SEG)]) == 6
+    assert len(mine[mine["type"] == int(RecType.WQE_LOSS)]) == 0
+
+
 def test_devx_rc_wqes_through_the_repeater(tmp_path):
     """devx_rc's client writes six WQEs into its DevX queue in host memory and rings the UAR with
     the GPU libraries' 8-byte form: with doorbells on (spawn's default, wqe) each is recorded
@@ -112,20 +134,7 @@ def test_devx_rc_wqes_through_the_repeater(tmp_path):
     [uar] = events(c, "devx_uar_alloc")
     [start] = [e for e in events(c, "repeater_start") if e.get("producer") == "cpu"]
     assert start["repeater"] == uar["cpu_repeater"] and start["uar_reg_addr"] == uar["reg_addr"] & ~4095
-    [region] = [r for r in events(s, "mr_reg") if r["len"] == 65536]
-    recs = trace_records(c)
-    mine = recs[recs["qpn"] == qp["qpn"]]
-    db = mine[mine["type"] == int(RecType.DOORBELL)]
-    assert db["aux32"].tolist() == [1, 2, 3, 4, 5, 6] and db["len"].tolist() == [1] * 6
-    assert set(db["key"].tolist()) == {start["repeater"]}
-    w = mine[mine["type"] == int(RecType.WQE)]
-    base, end = region["addr"] + 4096, region["addr"] + 65536 - 8
-    assert list(zip(w["op"].tolist(), w["len"].tolist(), w["addr"].tolist())) == [
-        (0x08, 4096, base), (0x10, 4096, base), (0x12, 8, end), (0x12, 8, end), (0x12, 8, end), (0x10, 8, end)]
-    assert set(w["key"].tolist()) == {region["rkey"]} and w["aux32"].tolist() == [0, 1, 2, 3, 4, 5]
-    at = mine[mine["type"] == int(RecType.WQE_ATOMIC)]
-    assert at["extra"].tolist() == [100, 200, 300]
-    assert len(mine[mine["type"] == int(RecType.WQE_SEG)]) == 6
+    assert_devx_rc_client_wqes(s, c, qp["qpn"], start["repeater"])
     assert report(c)["wqe_ops"] == {"RDMA_WRITE": 1, "RDMA_READ": 2, "ATOMIC_FA": 3}
     assert live_flags(c, qp["qpn"]) & (QpFlag.CPU_SQ | QpFlag.WATCHED | QpFlag.DEVX) == \
         QpFlag.CPU_SQ | QpFlag.WATCHED | QpFlag.DEVX

@@ -13,10 +13,9 @@ import uuid
 
 from capture_helpers import report, run_cmd, sigmatrace_cmd, start_cmd, wait_cmd
 from test_capture_pingpong import free_port
-from test_cpu_wqes import events, example, live_flags, trace_records
+from test_cpu_wqes import assert_devx_rc_client_wqes, events, example, live_flags
 
 from sigmatrace.simnic import environment
-from sigmatrace.trace.format import RecType
 from sigmatrace.trace.live import QpFlag
 
 CLIENT_TAIL = [
@@ -57,22 +56,7 @@ def assert_every_wqe(s, c, repeater: int):
     bytes, the server's region and key, local segment and atomic operand; nothing lost."""
     [qp] = events(c, "devx_qp_create")
     assert (qp["mem"], qp["sq_slots"]) == ("gpu", 64)
-    [region] = [r for r in events(s, "mr_reg") if r["len"] == 65536]
-    recs = trace_records(c)
-    mine = recs[recs["qpn"] == qp["qpn"]]
-    db = mine[mine["type"] == int(RecType.DOORBELL)]
-    assert db["aux32"].tolist() == [1, 2, 3, 4, 5, 6] and db["len"].tolist() == [1] * 6
-    assert db["aux"].tolist() == [0] * 6  # the GPU libraries' form: opcode 0, ds 0
-    assert set(db["key"].tolist()) == {repeater}
-    w = mine[mine["type"] == int(RecType.WQE)]
-    base, end = region["addr"] + 4096, region["addr"] + 65536 - 8
-    assert list(zip(w["op"].tolist(), w["len"].tolist(), w["addr"].tolist())) == [
-        (0x08, 4096, base), (0x10, 4096, base), (0x12, 8, end), (0x12, 8, end), (0x12, 8, end), (0x10, 8, end)]
-    assert set(w["key"].tolist()) == {region["rkey"]} and w["aux32"].tolist() == [0, 1, 2, 3, 4, 5]
-    at = mine[mine["type"] == int(RecType.WQE_ATOMIC)]
-    assert at["extra"].tolist() == [100, 200, 300]
-    assert len(mine[mine["type"] == int(RecType.WQE_SEG)]) == 6
-    assert len(mine[mine["type"] == int(RecType.WQE_LOSS)]) == 0
+    assert_devx_rc_client_wqes(s, c, qp["qpn"], repeater)
     r = report(c)
     assert (r["doorbells"], r["wqes"], r["wqe_losses"]) == (6, 6, 0)
     assert r["wqe_ops"] == {"RDMA_WRITE": 1, "RDMA_READ": 2, "ATOMIC_FA": 3}
