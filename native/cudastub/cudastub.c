@@ -933,10 +933,10 @@ static inline __attribute__((always_inline)) CUresult impl_cuPointerGetAttribute
 
 /* ---- copies and streams ----------------------------------------------------------------------- */
 
-enum { S_HTOD, S_DTOH, S_DTOD, S_HTOD_ASYNC, S_DTOH_ASYNC, S_DTOD_ASYNC, S_STREAM_SYNC, S_N };
+enum { S_HTOD, S_DTOH, S_DTOD, S_HTOD_ASYNC, S_DTOH_ASYNC, S_DTOD_ASYNC, S_STREAM_SYNC, S_WRITE_VALUE, S_N };
 static const char *const stat_names[S_N] = {
     "cuMemcpyHtoD", "cuMemcpyDtoH", "cuMemcpyDtoD", "cuMemcpyHtoDAsync", "cuMemcpyDtoHAsync",
-    "cuMemcpyDtoDAsync", "cuStreamSynchronize",
+    "cuMemcpyDtoDAsync", "cuStreamSynchronize", "cuStreamWriteValue",
 };
 static unsigned long g_stats[S_N];
 #define STAT(i) __atomic_fetch_add(&g_stats[i], 1, __ATOMIC_RELAXED)
@@ -1363,6 +1363,46 @@ static inline __attribute__((always_inline)) CUresult impl_cuStreamWaitValue32_v
     return OK;
 }
 
+/* cuStreamWriteValue32/64: a store of one aligned word by the stream's front end, in order with
+ * the stream's other operations (held behind a wait like a copy).  The emulated NIC writes small
+ * data into GPU memory this way (it does not wait for the GPU's time slice, a small copy does). */
+static CUresult write_value(CUstream stream, CUdeviceptr addr, const void *value, size_t n, unsigned int flags)
+{
+    REQUIRE_CTX();
+    if (!valid_stream(stream))
+        return E_INVALID_HANDLE;
+    if ((addr & (n - 1)) || !device_span_ok(addr, n) || (flags & ~1u))
+        return E_INVALID_VALUE;     /* flags: CU_STREAM_WRITE_VALUE_NO_MEMORY_BARRIER only */
+    run_held();
+    return copy_or_hold(stream, (void *)(uintptr_t)addr, value, n, 1);
+}
+
+static inline __attribute__((always_inline)) CUresult impl_cuStreamWriteValue32_v2(CUstream stream, CUdeviceptr addr, cuuint32_t value,
+                unsigned int flags)
+{
+    STAT(S_WRITE_VALUE);
+    return write_value(stream, addr, &value, 4, flags);
+}
+
+static inline __attribute__((always_inline)) CUresult impl_cuStreamWriteValue64_v2(CUstream stream, CUdeviceptr addr, cuuint64_t value,
+                unsigned int flags)
+{
+    STAT(S_WRITE_VALUE);
+    return write_value(stream, addr, &value, 8, flags);
+}
+
+static inline __attribute__((always_inline)) CUresult impl_cuStreamWriteValue32_v2_ptsz(CUstream stream, CUdeviceptr addr, cuuint32_t value,
+                unsigned int flags)
+{
+    return impl_cuStreamWriteValue32_v2(stream, addr, value, flags);
+}
+
+static inline __attribute__((always_inline)) CUresult impl_cuStreamWriteValue64_v2_ptsz(CUstream stream, CUdeviceptr addr, cuuint64_t value,
+                unsigned int flags)
+{
+    return impl_cuStreamWriteValue64_v2(stream, addr, value, flags);
+}
+
 static inline __attribute__((always_inline)) CUresult impl_cuStreamWaitValue32_v2_ptsz(CUstream stream, CUdeviceptr addr, cuuint32_t value,
                 unsigned int flags)
 {
@@ -1515,6 +1555,10 @@ static const struct proc g_procs[] = {
     RS("cuStreamQuery", 2000, cuStreamQuery, cuStreamQuery_ptsz),
     RS("cuStreamWaitValue32", 11070, cuStreamWaitValue32_v2, cuStreamWaitValue32_v2_ptsz),
     RS("cuStreamWaitValue32", 8000, cuStreamWaitValue32_v2, cuStreamWaitValue32_v2_ptsz),
+    RS("cuStreamWriteValue32", 11070, cuStreamWriteValue32_v2, cuStreamWriteValue32_v2_ptsz),
+    RS("cuStreamWriteValue32", 8000, cuStreamWriteValue32_v2, cuStreamWriteValue32_v2_ptsz),
+    RS("cuStreamWriteValue64", 11070, cuStreamWriteValue64_v2, cuStreamWriteValue64_v2_ptsz),
+    RS("cuStreamWriteValue64", 9000, cuStreamWriteValue64_v2, cuStreamWriteValue64_v2_ptsz),
     R("cuStreamDestroy", 4000, cuStreamDestroy_v2),
     R("cuStreamDestroy", 2000, cuStreamDestroy),
     R("cuGetErrorString", 6000, cuGetErrorString),
@@ -1876,6 +1920,46 @@ EXPORT CUresult CUDAAPI cuStreamWaitValue32_ptsz(CUstream stream, CUdeviceptr ad
 EXPORT CUresult CUDAAPI cuStreamWaitValue32_v2(CUstream stream, CUdeviceptr addr, cuuint32_t value, unsigned int flags)
 {
     return impl_cuStreamWaitValue32_v2(stream, addr, value, flags);
+}
+
+EXPORT CUresult CUDAAPI cuStreamWriteValue32(CUstream stream, CUdeviceptr addr, cuuint32_t value, unsigned int flags)
+{
+    return impl_cuStreamWriteValue32_v2(stream, addr, value, flags);
+}
+
+EXPORT CUresult CUDAAPI cuStreamWriteValue32_v2(CUstream stream, CUdeviceptr addr, cuuint32_t value, unsigned int flags)
+{
+    return impl_cuStreamWriteValue32_v2(stream, addr, value, flags);
+}
+
+EXPORT CUresult CUDAAPI cuStreamWriteValue32_ptsz(CUstream stream, CUdeviceptr addr, cuuint32_t value, unsigned int flags)
+{
+    return impl_cuStreamWriteValue32_v2_ptsz(stream, addr, value, flags);
+}
+
+EXPORT CUresult CUDAAPI cuStreamWriteValue32_v2_ptsz(CUstream stream, CUdeviceptr addr, cuuint32_t value, unsigned int flags)
+{
+    return impl_cuStreamWriteValue32_v2_ptsz(stream, addr, value, flags);
+}
+
+EXPORT CUresult CUDAAPI cuStreamWriteValue64(CUstream stream, CUdeviceptr addr, cuuint64_t value, unsigned int flags)
+{
+    return impl_cuStreamWriteValue64_v2(stream, addr, value, flags);
+}
+
+EXPORT CUresult CUDAAPI cuStreamWriteValue64_v2(CUstream stream, CUdeviceptr addr, cuuint64_t value, unsigned int flags)
+{
+    return impl_cuStreamWriteValue64_v2(stream, addr, value, flags);
+}
+
+EXPORT CUresult CUDAAPI cuStreamWriteValue64_ptsz(CUstream stream, CUdeviceptr addr, cuuint64_t value, unsigned int flags)
+{
+    return impl_cuStreamWriteValue64_v2_ptsz(stream, addr, value, flags);
+}
+
+EXPORT CUresult CUDAAPI cuStreamWriteValue64_v2_ptsz(CUstream stream, CUdeviceptr addr, cuuint64_t value, unsigned int flags)
+{
+    return impl_cuStreamWriteValue64_v2_ptsz(stream, addr, value, flags);
 }
 
 EXPORT CUresult CUDAAPI cuStreamDestroy_v2(CUstream hStream)

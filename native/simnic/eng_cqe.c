@@ -85,8 +85,14 @@ static void emit(struct sn_engine *eng, struct sn_ecq *cq, struct mlx5_cqe64 *cq
     slot = sn_cqe64_at(cq->buf, cq->cnt, cq->cqe_shift, cq->collapsed ? 0 : cq->pi);
     op_own = (uint8_t)(opcode << 4) | ((cq->pi >> cq->log_cnt) & 1) | (solicited ? 2 : 0);
     if (cq->bufm.gpu) {
-        /* two copies so that the owner byte lands after the rest */
-        if (sn_mem_write(slot, cqe, 63, &cq->bufm) || sn_mem_write(&slot->op_own, &op_own, 1, &cq->bufm))
+        /* two writes so that the last word, with the owner byte, lands after the rest; both
+         * aligned, so GPU memory takes them as stores (eng_mem.c) */
+        uint8_t full[64];
+
+        memcpy(full, cqe, 63);
+        full[63] = op_own;
+        if (sn_mem_write(slot, full, 56, &cq->bufm) ||
+            sn_mem_write((uint8_t *)slot + 56, full + 56, 8, &cq->bufm))
             eng->n_errors++;
     } else {
         memcpy(slot, cqe, 63);

@@ -1,5 +1,5 @@
 /* Memory access for the engine: host memory directly, CUDA device memory through the
- * driver's synchronous copies.
+ * driver: copies, and for small writes the stream's own stores (see "Writes into GPU memory").
  *
  * The CUDA driver is never loaded by us: a buffer can only be CUDA memory if the program has
  * libcuda.so.1 loaded already, so classification asks dlopen(RTLD_NOLOAD) and, only then,
@@ -32,6 +32,9 @@ static struct {
     CUresult (*dtoh)(void *dst, CUdeviceptr src, size_t n, CUstream s);
     CUresult (*htod)(CUdeviceptr dst, const void *src, size_t n, CUstream s);
     CUresult (*dtod)(CUdeviceptr dst, CUdeviceptr src, size_t n, CUstream s);
+    CUresult (*write32)(CUstream s, CUdeviceptr addr, uint32_t v, unsigned flags);   /* optional */
+    CUresult (*write64)(CUstream s, CUdeviceptr addr, uint64_t v, unsigned flags);   /* optional */
+    CUresult (*host_alloc)(void **p, size_t n, unsigned flags);                       /* optional */
     int loaded;
 } cu;
 
@@ -55,6 +58,11 @@ static int cuda_bind(void)
             cu.dtoh = dlsym(h, "cuMemcpyDtoHAsync_v2");
             cu.htod = dlsym(h, "cuMemcpyHtoDAsync_v2");
             cu.dtod = dlsym(h, "cuMemcpyDtoDAsync_v2");
+            cu.write32 = dlsym(h, "cuStreamWriteValue32_v2");
+            cu.write64 = dlsym(h, "cuStreamWriteValue64_v2");
+            if (!cu.write32 || !cu.write64)
+                cu.write32 = NULL, cu.write64 = NULL;
+            cu.host_alloc = dlsym(h, "cuMemHostAlloc");
         }
         /* a program may load CUDA later: only a complete binding is final */
         if (cu.getattr && cu.set_current && cu.stream_create && cu.stream_sync && cu.dtoh &&
@@ -146,18 +154,100 @@ int sn_mem_read(void *dst, const void *src, size_t len, const struct sn_mem *m)
     return 0;
 }
 
+/* Writes into GPU memory.  A small copy into a context is carried by that context's channel on
+ * the GPU's compute engine: while another process's kernel holds the GPU (two processes sharing
+ * one GPU without MPS, as two NVSHMEM PEs do) it waits for the next time slice, 2.4 ms on an H200,
+ * where a NIC writing over PCIe waits for nothing.  The stream's own stores (cuStreamWriteValue)
+ * and large copies from pinned memory (the copy engines) do not wait (measured on the H200 with
+ * tests/gpu/device/copy_slices.cu).  So aligned words up to SN_GPU_WORDS_MAX bytes are written
+ * as stores, larger spans are copied from a pinned staging buffer, and only the unaligned bytes
+ * at the edges of a small write take a plain copy. */
+#define SN_GPU_WORDS_MAX 512
+#define SN_GPU_STAGE (256u << 10)
+static __thread void *tls_stage;        /* pinned, portable: serves every context */
+static __thread int tls_stage_failed;
+
+static int copy_in(CUdeviceptr dst, const void *src, size_t len)
+{
+    return cu.htod(dst, src, len, tls_stream) ? -1 : 0;
+}
+
+static int write_words(CUdeviceptr dst, const uint8_t *src, size_t len)
+{
+    size_t head = (size_t)(-dst & 3) < len ? (size_t)(-dst & 3) : len;
+
+    if (head && copy_in(dst, src, head))
+        return -1;
+    dst += head, src += head, len -= head;
+    if (len >= 4 && (dst & 4)) {
+        uint32_t v;
+
+        memcpy(&v, src, 4);
+        if (cu.write32(tls_stream, dst, v, 0))
+            return -1;
+        dst += 4, src += 4, len -= 4;
+    }
+    for (; len >= 8; dst += 8, src += 8, len -= 8) {
+        uint64_t v;
+
+        memcpy(&v, src, 8);
+        if (cu.write64(tls_stream, dst, v, 0))
+            return -1;
+    }
+    if (len >= 4) {
+        uint32_t v;
+
+        memcpy(&v, src, 4);
+        if (cu.write32(tls_stream, dst, v, 0))
+            return -1;
+        dst += 4, src += 4, len -= 4;
+    }
+    return len ? copy_in(dst, src, len) : 0;
+}
+
+static int write_staged(CUdeviceptr dst, const uint8_t *src, size_t len)
+{
+    while (len) {
+        size_t n = len < SN_GPU_STAGE ? len : SN_GPU_STAGE;
+
+        memcpy(tls_stage, src, n);
+        if (copy_in(dst, tls_stage, n) || cu.stream_sync(tls_stream))
+            return -1;
+        dst += n, src += n, len -= n;
+    }
+    return 0;
+}
+
+static int have_stage(void)
+{
+    if (!tls_stage && !tls_stage_failed && cu.host_alloc &&
+        (cu.host_alloc(&tls_stage, SN_GPU_STAGE, 0x01 /* PORTABLE */) || !tls_stage)) {
+        tls_stage = NULL;
+        tls_stage_failed = 1;
+    }
+    return tls_stage != NULL;
+}
+
 int sn_mem_write(void *dst, const void *src, size_t len, const struct sn_mem *m)
 {
+    CUdeviceptr d = (CUdeviceptr)(uintptr_t)dst;
+    int rc;
+
     if (!len)
         return 0;
     if (SN_LIKELY(!m->gpu)) {
         memcpy(dst, src, len);
         return 0;
     }
-    if (use_ctx(m) || cu.htod((CUdeviceptr)(uintptr_t)dst, src, len, tls_stream) ||
-        cu.stream_sync(tls_stream))
+    if (use_ctx(m))
         return -1;
-    return 0;
+    if (len <= SN_GPU_WORDS_MAX && cu.write64)
+        rc = write_words(d, src, len);
+    else if (have_stage())
+        return write_staged(d, src, len);
+    else
+        rc = copy_in(d, src, len);
+    return rc || cu.stream_sync(tls_stream) ? -1 : 0;
 }
 
 int sn_mem_copy(void *dst, const struct sn_mem *dm, const void *src, const struct sn_mem *sm,
@@ -168,6 +258,12 @@ int sn_mem_copy(void *dst, const struct sn_mem *dm, const void *src, const struc
         return 0;
     }
     if (dm->gpu && sm->gpu) {
+        /* a device-to-device copy waits for the time slice as a small copy in does (above):
+         * small spans go through a host bounce and the write path */
+        uint8_t bounce[SN_GPU_WORDS_MAX];
+
+        if (len <= sizeof(bounce))
+            return sn_mem_read(bounce, src, len, sm) || sn_mem_write(dst, bounce, len, dm) ? -1 : 0;
         if (use_ctx(dm) ||
             cu.dtod((CUdeviceptr)(uintptr_t)dst, (CUdeviceptr)(uintptr_t)src, len, tls_stream) ||
             cu.stream_sync(tls_stream))

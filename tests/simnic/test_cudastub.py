@@ -52,7 +52,8 @@ def test_exports_and_soname():
         cuStreamCreate cuStreamSynchronize cuStreamDestroy_v2 cuMemHostRegister
         cuMemHostRegister_v2 cuMemHostUnregister cuMemHostGetDevicePointer_v2
         cuPointerGetAttribute cuPointerGetAttributes cuGetProcAddress cuGetProcAddress_v2
-        cuGetErrorString cuGetErrorName cuStreamWaitValue32 cuStreamWaitValue32_v2""".split()
+        cuGetErrorString cuGetErrorName cuStreamWaitValue32 cuStreamWaitValue32_v2
+        cuStreamWriteValue32 cuStreamWriteValue32_v2 cuStreamWriteValue64 cuStreamWriteValue64_v2""".split()
     assert not [s for s in wanted if s not in syms]
     # nothing private leaks out
     assert not [s for s in syms if not (s.startswith("cu") or s == "sigmatrace_cudastub")]
@@ -218,4 +219,62 @@ def test_stream_wait_value_holds_later_operations():
         "unaligned": "1",
         "bad_flags": "1",
         "legacy": "801",                 # the stand-in holds only streams it created
+    }
+
+
+_WRITE_PROBE = r'''
+import ctypes, sys
+l = ctypes.CDLL(sys.argv[1])
+u64, vp = ctypes.c_uint64, ctypes.c_void_p
+l.cuStreamWaitValue32_v2.argtypes = [vp, u64, ctypes.c_uint32, ctypes.c_uint]
+l.cuStreamWriteValue32_v2.argtypes = [vp, u64, ctypes.c_uint32, ctypes.c_uint]
+l.cuStreamWriteValue64_v2.argtypes = [vp, u64, ctypes.c_uint64, ctypes.c_uint]
+l.cuMemcpyDtoH_v2.argtypes = [vp, u64, ctypes.c_size_t]
+l.cuStreamQuery.argtypes = l.cuStreamSynchronize.argtypes = [vp]
+l.cuInit(0)
+dev, ctx = ctypes.c_int(), vp()
+l.cuDeviceGet(ctypes.byref(dev), 0)
+l.cuDevicePrimaryCtxRetain(ctypes.byref(ctx), dev)
+l.cuCtxSetCurrent(ctx)
+flag = (ctypes.c_uint32 * 1024)()
+l.cuMemHostRegister_v2(flag, 4096, 3)
+fd = u64()
+l.cuMemHostGetDevicePointer_v2(ctypes.byref(fd), flag, 0)
+s = vp()
+l.cuStreamCreate(ctypes.byref(s), 1)
+d = u64()
+l.cuMemAlloc_v2(ctypes.byref(d), 64)
+out = (ctypes.c_uint64 * 2)()
+def words():
+    l.cuMemcpyDtoH_v2(out, d.value, 16)
+    return "%x %x" % (out[0], out[1])
+print("w64:", l.cuStreamWriteValue64_v2(s, d.value, 0x1122334455667788, 0), words())
+print("w32:", l.cuStreamWriteValue32_v2(None, d.value + 12, 0xaabbccdd, 0), words())
+l.cuStreamWaitValue32_v2(s, fd.value, 1, 0)
+print("held:", l.cuStreamWriteValue64_v2(s, d.value + 8, 7, 0), l.cuStreamQuery(s), words())
+flag[0] = 1
+print("released:", l.cuStreamSynchronize(s), words())
+print("unaligned64:", l.cuStreamWriteValue64_v2(s, d.value + 4, 0, 0))
+print("unaligned32:", l.cuStreamWriteValue32_v2(s, d.value + 2, 0, 0))
+print("bad_flags:", l.cuStreamWriteValue64_v2(s, d.value, 0, 2))
+print("host:", l.cuStreamWriteValue32_v2(s, ctypes.addressof(out), 0, 0))
+'''
+
+
+def test_stream_write_value_stores_in_stream_order():
+    """cuStreamWriteValue32/64 (the emulated NIC's small writes into GPU memory): an aligned
+    store of one word, made in order behind a held wait; unaligned words, unknown flags and
+    memory the device does not know are refused as the driver does."""
+    r = subprocess.run([sys.executable, "-c", _WRITE_PROBE, str(LIB)], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    got = dict(line.split(": ", 1) for line in r.stdout.splitlines())
+    assert got == {
+        "w64": "0 1122334455667788 0",
+        "w32": "0 1122334455667788 aabbccdd00000000",
+        "held": "0 600 1122334455667788 aabbccdd00000000",
+        "released": "0 1122334455667788 7",
+        "unaligned64": "1",
+        "unaligned32": "1",
+        "bad_flags": "1",
+        "host": "1",
     }

@@ -41,7 +41,8 @@ static void spinner(int ready_fd, double seconds)
     spin<<<1, 1>>>((unsigned long long)(seconds * 1e9), stop);
     cudaError_t e = cudaGetLastError();
     char c = e ? 'x' : 'k';
-    write(ready_fd, &c, 1);
+    if (write(ready_fd, &c, 1) != 1)
+        _exit(1);
     cudaDeviceSynchronize();
     _exit(0);
 }
@@ -100,6 +101,13 @@ static void measure(const char *when, int n)
         timeit("htod 8 B pageable, vmm", n, [&] { CK(cuMemcpyHtoDAsync(dvmm, pageable, 8, s)); CK(cuStreamSynchronize(s)); }),
         timeit("htod 8 B pinned", n, [&] { CK(cuMemcpyHtoDAsync(d, pinned, 8, s)); CK(cuStreamSynchronize(s)); }),
         timeit("htod 64 KB pinned", n, [&] { CK(cuMemcpyHtoDAsync(d, pinned, 65536, s)); CK(cuStreamSynchronize(s)); }),
+        timeit("htod 512 B pinned", n, [&] { CK(cuMemcpyHtoDAsync(d, pinned, 512, s)); CK(cuStreamSynchronize(s)); }),
+        timeit("htod 2 KB pinned", n, [&] { CK(cuMemcpyHtoDAsync(d, pinned, 2048, s)); CK(cuStreamSynchronize(s)); }),
+        timeit("htod 4 KB pinned", n, [&] { CK(cuMemcpyHtoDAsync(d, pinned, 4096, s)); CK(cuStreamSynchronize(s)); }),
+        timeit("htod 16 KB pinned", n, [&] { CK(cuMemcpyHtoDAsync(d, pinned, 16384, s)); CK(cuStreamSynchronize(s)); }),
+        timeit("htod 32 KB pinned", n, [&] { CK(cuMemcpyHtoDAsync(d, pinned, 32768, s)); CK(cuStreamSynchronize(s)); }),
+        timeit("64 x stream write value64", n, [&] { for (int k = 0; k < 64; k++) CK(cuStreamWriteValue64(s, dvmm + 8 * k, k, 0)); CK(cuStreamSynchronize(s)); }),
+        timeit("dtod 64 KB dev to dev", n, [&] { CK(cuMemcpyDtoDAsync(d + 65536, d, 65536, s)); CK(cuStreamSynchronize(s)); }),
         timeit("htod 64 KB pageable", n, [&] { CK(cuMemcpyHtoDAsync(d, pageable, 65536, s)); CK(cuStreamSynchronize(s)); }),
         timeit("dtoh 8 B pageable", n, [&] { CK(cuMemcpyDtoHAsync(pageable, d, 8, s)); CK(cuStreamSynchronize(s)); }),
         timeit("dtoh 8 B pageable, vmm", n, [&] { CK(cuMemcpyDtoHAsync(pageable, dvmm, 8, s)); CK(cuStreamSynchronize(s)); }),
@@ -124,7 +132,7 @@ static void measure(const char *when, int n)
 
 int main(int argc, char **argv)
 {
-    int n = argc > 1 ? atoi(argv[1]) : 200;
+    int n = argc > 1 ? atoi(argv[1]) : 100;
     int fds[2];
     char c;
 
@@ -132,7 +140,7 @@ int main(int argc, char **argv)
     pid_t pid = fork();
     if (pid == 0) {
         close(fds[0]);
-        spinner(fds[1], 20.0);
+        spinner(fds[1], 12.0);
     }
     close(fds[1]);
     if (read(fds[0], &c, 1) != 1 || c != 'k') {
@@ -142,8 +150,7 @@ int main(int argc, char **argv)
     usleep(200000);
     CK(cuInit(0));
     measure("spinning", n);
-    kill(pid, SIGKILL);
-    waitpid(pid, NULL, 0);
+    waitpid(pid, NULL, 0);      /* the kernel ends on its own: a killed one upsets the next context */
     usleep(200000);
     measure("alone", n);
     return 0;
