@@ -157,12 +157,15 @@ int sn_mem_read(void *dst, const void *src, size_t len, const struct sn_mem *m)
 /* Writes into GPU memory.  A small copy into a context is carried by that context's channel on
  * the GPU's compute engine: while another process's kernel holds the GPU (two processes sharing
  * one GPU without MPS, as two NVSHMEM PEs do) it waits for the next time slice, 2.4 ms on an H200,
- * where a NIC writing over PCIe waits for nothing.  The stream's own stores (cuStreamWriteValue)
- * and large copies from pinned memory (the copy engines) do not wait (measured on the H200 with
- * tests/gpu/device/copy_slices.cu).  So aligned words up to SN_GPU_WORDS_MAX bytes are written
- * as stores, larger spans are copied from a pinned staging buffer, and only the unaligned bytes
- * at the edges of a small write take a plain copy. */
+ * where a NIC writing over PCIe waits for nothing.  Measured there (tests/gpu/device/copy_slices.cu,
+ * another process spinning): a stream's own store (cuStreamWriteValue64) 6 us, 64 of them 114 us,
+ * a copy from pinned memory of 32 KB or more (the copy engines) 8 us; copies from pinned memory
+ * up to 16 KB, any pageable or device-to-device copy and memsets 2.4 ms.  So aligned words up to
+ * SN_GPU_WORDS_MAX bytes are written as stores, spans of SN_GPU_STAGED_MIN bytes or more are
+ * copied from a pinned staging buffer, and the rest (unaligned edge bytes of a small write,
+ * spans in between) take a plain copy. */
 #define SN_GPU_WORDS_MAX 512
+#define SN_GPU_STAGED_MIN (32u << 10)
 #define SN_GPU_STAGE (256u << 10)
 static __thread void *tls_stage;        /* pinned, portable: serves every context */
 static __thread int tls_stage_failed;
@@ -243,7 +246,7 @@ int sn_mem_write(void *dst, const void *src, size_t len, const struct sn_mem *m)
         return -1;
     if (len <= SN_GPU_WORDS_MAX && cu.write64)
         rc = write_words(d, src, len);
-    else if (have_stage())
+    else if (len >= SN_GPU_STAGED_MIN && have_stage())
         return write_staged(d, src, len);
     else
         rc = copy_in(d, src, len);

@@ -84,6 +84,32 @@ def test_ibgda_counts_gpu_built_wqes_under_their_mlx5_names():
     assert ok and {r["opcode"]: r["traced"] for r in rows} == {"RDMA_WRITE": 3, "RDMA_READ": 2, "ATOMIC_FA": 4}
 
 
+def test_ibgda_forward_runs_compare_doorbells_and_blocks_rung():
+    """Traced with `--doorbells forward` no WQE is recovered: each operation (one GPU thread,
+    one WQE of one 64-byte block, one doorbell) counts in the doorbells and blocks rung, on top
+    of NVSHMEM's own (its start and end: 10 doorbells ringing 30 blocks per PE on the H200)."""
+    program = {"transport": "ibgda-gpu", "pes": [
+        {"pe": 0, "errors": 0, "ops": {"get": {"issued": 350}, "put": {"issued": 350}, "fadd": {"issued": 350},
+                                       "pingpong": {"issued": 350}}},
+        {"pe": 1, "errors": 0, "ops": {"pingpong": {"issued": 350}}}]}
+    fwd = {"doorbell_mode": "forward", "ops": {}, "wqe_ops": {}, "wqes": 0}
+    base = [{**fwd, "doorbells": 10, "doorbell_blocks": 30}, {**fwd, "doorbells": 10, "doorbell_blocks": 30}]
+    reports = [{**fwd, "doorbells": 1410, "doorbell_blocks": 1430}, {**fwd, "doorbells": 360, "doorbell_blocks": 380}]
+    rows, ok = compare.compare(program, reports, base)
+    assert ok
+    assert [(r["pe"], r["opcode"], r["program"], r["baseline"], r["traced"]) for r in rows] == [
+        (0, "DOORBELLS", 1400, 10, 1410), (0, "WQE_BLOCKS", 1400, 30, 1430),
+        (1, "DOORBELLS", 350, 10, 360), (1, "WQE_BLOCKS", 350, 30, 380)]
+    missed = copy.deepcopy(reports)
+    missed[1]["doorbells"] = 359
+    rows, ok = compare.compare(program, missed, base)
+    assert not ok and [(r["pe"], r["opcode"]) for r in rows if not r["ok"]] == [(1, "DOORBELLS")]
+    # a wqe-mode run of IBGDA still compares opcode by opcode
+    wqe = [{"doorbell_mode": "wqe", "ops": {}, "wqe_ops": {"RDMA_WRITE": 3}}, {"doorbell_mode": "wqe", "ops": {}, "wqe_ops": {}}]
+    rows, _ = compare.compare({"transport": "ibgda-gpu", "pes": [{"ops": {"put": {"issued": 3}}}, {"ops": {}}]}, wqe)
+    assert [r["opcode"] for r in rows] == ["RDMA_WRITE"]
+
+
 def test_compare_cli_prints_a_verdict_and_exits_with_it(tmp_path):
     prog, reps, base = tmp_path / "run.json", [tmp_path / "r0.json", tmp_path / "r1.json"], [tmp_path / "b0.json", tmp_path / "b1.json"]
     prog.write_text(json.dumps(H200_IBRC["run"]["program"]))

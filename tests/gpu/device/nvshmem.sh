@@ -83,3 +83,5 @@ if has bench; then
   timeout 580 python3 bench/nvshmem_bench.py --prog $prog --rounds "$ROUNDS" --transports "$TRANSPORTS" \
     ${BENCH_ARGS:-} --json "$OUT/bench.json" 2>&1 | tee "$OUT/bench.log"
 fi
+# every summary, log and comparison in one file (the traces stay on the machine)
+(cd "$OUT" && tar czf results.tgz --exclude='traces-*' --exclude=results.tgz .)
