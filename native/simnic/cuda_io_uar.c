@@ -15,6 +15,10 @@
  * link libcuda.so.1.  It hands out its wrappers for cuMemHostRegister(_v2) and for
  * cuGetProcAddress(_v2), whose wrappers do the same for what they return.
  *
+ * Since dlsym gives the wrappers for those exports, a tool that hooks the driver's exports found
+ * with dlsym (sigmatrace's tracer) hooks the wrappers: it sees the program's call first, as
+ * without this module.
+ *
  * The module runs in the audit namespace with a libc of its own: it allocates nothing, reads
  * /proc/self/maps into a stack buffer, and on any error of its own calls the driver unchanged.
  */

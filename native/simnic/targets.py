@@ -67,5 +67,8 @@ TARGETS.append(
 # (cuda_io_uar.c; sigmatrace.simnic.environment(cuda_io_uar=...)).
 TARGETS.append(
     Target(out="simnic/libsimnic_cudaio.so", sources=["native/simnic/cuda_io_uar.c"],
-           cflags=["-fvisibility=hidden"]),
+           # its wrappers are what dlsym gives for the driver's exports, so tools hook them as
+           # exports (the tracer does): each keeps a body of its own, no tail jump into a
+           # function they share, which an interceptor would follow
+           cflags=["-fvisibility=hidden", "-fno-optimize-sibling-calls"]),
 )

@@ -20,7 +20,7 @@ import pytest
 
 from sigmatrace import gda
 from sigmatrace.simnic import env as simnic_env
-from sigmatrace.simnic import environment
+from sigmatrace.simnic import cleanup, environment, objects, unique_fabric
 from sigmatrace.trace.reader import TraceDir
 
 from .conftest import run
@@ -179,8 +179,9 @@ def test_simnic_run_option(tmp_path, fabric):
 # ---- traced ----------------------------------------------------------------------------------
 
 def _process_maps(fabric: str, comm: str, timeout: float) -> str:
-    """/proc/PID/maps of the process named COMM on FABRIC, once it has one."""
-    deadline = time.monotonic() + timeout
+    """/proc/PID/maps of the process named COMM on FABRIC once it has loaded the CUDA driver
+    (its audit modules, loaded at its start, are there by then); the last read on timeout."""
+    deadline, maps = time.monotonic() + timeout, ""
     while time.monotonic() < deadline:
         for pid in filter(str.isdigit, os.listdir("/proc")):
             try:
@@ -188,21 +189,23 @@ def _process_maps(fabric: str, comm: str, timeout: float) -> str:
                     continue
                 if f"SIMNIC_FABRIC={fabric}".encode() not in Path(f"/proc/{pid}/environ").read_bytes().split(b"\0"):
                     continue
-                return Path(f"/proc/{pid}/maps").read_text()
+                maps = Path(f"/proc/{pid}/maps").read_text()
             except OSError:
                 continue
+            if "/libcuda.so" in maps:
+                return maps
         time.sleep(0.05)
-    return ""
+    return maps
 
 
-def _traced_registrations(tmp_path, bridge: bool):
-    fabric = f"cio-{os.getpid()}-{int(bridge)}"
+def _traced_registrations(tmp_path, bridge: bool, resolve: str = "dlsym"):
+    fabric = unique_fabric("cio")
     env = gda.environment("cpu", fabric=fabric, cuda_io_uar=bridge)
     env["SIMNIC_DEBUG"] = "1"
-    trace, summary = tmp_path / f"trace{int(bridge)}", tmp_path / f"summary{int(bridge)}.json"
+    trace, summary = tmp_path / f"trace{int(bridge)}-{resolve}", tmp_path / f"summary{int(bridge)}-{resolve}.json"
     exe = Path(sys.executable).parent / "sigmatrace"
     argv = [str(exe), "spawn", "--quiet", "--out", str(trace), "--", str(gda.binary("cpu")),
-            *gda.args("ops", n=10, json_path=summary), "--uar-flags", "iomem", "--linger", "2"]
+            *gda.args("ops", n=10, json_path=summary), "--uar-flags", "iomem", "--resolve", resolve, "--linger", "2"]
     p = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                          start_new_session=True)
     try:
@@ -212,7 +215,10 @@ def _traced_registrations(tmp_path, bridge: bool):
         if p.poll() is None:
             os.killpg(p.pid, 9)
             p.wait()
+        left = objects(fabric)
+        cleanup(fabric)
     assert p.returncode == 0, out + err
+    assert left == []
     s = json.loads(summary.read_text())
     assert s["verify"]["ok"]
     cold = [ev for proc in TraceDir(trace).processes for ev in proc.cold()]
@@ -221,16 +227,18 @@ def _traced_registrations(tmp_path, bridge: bool):
     return regs, s["qps"][0], maps, err
 
 
-def test_traced_registration_is_recorded_as_without_the_bridge(tmp_path):
-    """Under `sigmatrace spawn` the program holds the tracer's page in place of the UAR: the
-    bridge, loaded, passes its registration through, and the tracer records and grants it as
-    it does without the bridge."""
-    with_bridge, qp, maps, err = _traced_registrations(tmp_path, True)
+@pytest.mark.parametrize("resolve", ["dlsym", "procaddress"])
+def test_traced_registration_is_recorded_as_without_the_bridge(tmp_path, resolve):
+    """Under `sigmatrace spawn` the tracer hooks the driver's exports as dlsym gives them (with
+    the bridge: its wrappers) and sees the program's call first; the program holds the tracer's
+    page in place of the UAR, which the bridge leaves alone.  The tracer records and grants the
+    registration as it does without the bridge."""
+    with_bridge, qp, maps, err = _traced_registrations(tmp_path, True, resolve)
     assert BRIDGE in maps
     # the UAR page the program registers is the tracer's (not the emulated NIC's): left alone
     assert GRANTED.findall(err) == []
     page = qp["uar_reg_addr"] & ~4095
     assert with_bridge == [("cuMemHostRegister_v2", page, 4096, 7, True, True, 0)]
-    without, qp0, maps0, _ = _traced_registrations(tmp_path, False)
+    without, qp0, maps0, _ = _traced_registrations(tmp_path, False, resolve)
     assert BRIDGE not in maps0
     assert without == [("cuMemHostRegister_v2", qp0["uar_reg_addr"] & ~4095, 4096, 7, True, True, 0)]
