@@ -165,7 +165,9 @@ static CUresult wrap_getproc(const char *symbol, void **pfn, int cuda_version, u
  * ABI a name gets follows cuda.h: cuMemHostRegister is _v2 from 6.5, cuGetProcAddress from 12.0. */
 static void *swap_proc(const char *symbol, void *fn, int cuda_version)
 {
-    if (!fn || !symbol)
+    /* (one of ours already: a layer below handed it back; kept, never called by itself) */
+    if (!fn || !symbol || fn == (void *)wrap_register_v2 || fn == (void *)wrap_register ||
+        fn == (void *)wrap_getproc_v2 || fn == (void *)wrap_getproc)
         return fn;
     if (!strcmp(symbol, "cuMemHostRegister")) {
         if (cuda_version >= 6050) {
