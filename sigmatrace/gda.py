@@ -51,14 +51,16 @@ def binary(backend: str) -> Path:
     return paths.native("bin/gda_example" if backend == "gpu" else "bin/gda_example_cpu")
 
 
-def environment(backend: str, fabric: str | None = None, base: dict[str, str] | None = None) -> dict[str, str]:
+def environment(backend: str, fabric: str | None = None, base: dict[str, str] | None = None,
+                cuda_io_uar: bool | None = None) -> dict[str, str]:
     """The environment that runs the example on the emulated NIC (a fabric of its own) and, for
-    the CPU build, on the CUDA driver test double."""
+    the CPU build, on the CUDA driver test double; cuda_io_uar as sigmatrace.simnic.environment
+    has it (None: the CUDA I/O-memory bridge where a real driver runs the example)."""
     from . import simnic
 
     env = dict(os.environ if base is None else base)
     env.update(simnic.environment(fabric=fabric or f"gda-{uuid.uuid4().hex[:12]}", base=env,
-                                  cuda_stub=backend == "cpu"))
+                                  cuda_stub=backend == "cpu", cuda_io_uar=cuda_io_uar))
     return env
 
 

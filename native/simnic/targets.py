@@ -62,3 +62,13 @@ TARGETS.append(
     Target(out="bin/simnic_engine_idle", sources=["bench/simnic/engine_idle.c"], kind="exe",
            cflags=["-O2"], libs=["ibverbs", "mlx5"]),
 )
+# libsimnic_cudaio.so: the CUDA I/O-memory bridge, an rtld audit module (LD_AUDIT) that has the
+# driver map an emulated UAR for the GPU when a program asks for I/O memory, as hardware does
+# (cuda_io_uar.c; sigmatrace.simnic.environment(cuda_io_uar=...)).
+TARGETS.append(
+    Target(out="simnic/libsimnic_cudaio.so", sources=["native/simnic/cuda_io_uar.c"],
+           # its wrappers are what dlsym gives for the driver's exports, so tools hook them as
+           # exports (the tracer does): each keeps a body of its own, no tail jump into a
+           # function they share, which an interceptor would follow
+           cflags=["-fvisibility=hidden", "-fno-optimize-sibling-calls"]),
+)

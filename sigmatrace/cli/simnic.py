@@ -1,7 +1,7 @@
 """`sigmatrace simnic`: run programs on the emulated ConnectX NIC.
 
-    sigmatrace simnic env [--devices N] [--fabric NAME] [--cuda-stub]   print the environment
-    sigmatrace simnic run [--devices N] [--fabric NAME] [--cuda-stub] [--no-sysfs] -- PROGRAM ARGS...
+    sigmatrace simnic env [--devices N] [--fabric NAME] [--cuda-stub] [--[no-]cuda-io-uar]   print the environment
+    sigmatrace simnic run [--devices N] [--fabric NAME] [--cuda-stub] [--[no-]cuda-io-uar] [--no-sysfs] -- PROGRAM ARGS...
     sigmatrace simnic status [--fabric NAME]                ports on a fabric, left-overs
     sigmatrace simnic clean --fabric NAME                   remove what dead processes left
 """
@@ -26,6 +26,12 @@ _FABRIC = typer.Option(None, "--fabric", "-f",
                        help="Fabric name: processes on one fabric can connect (default: 'default').")
 _CUDA_STUB = typer.Option(False, "--cuda-stub",
                           help="Also use the CUDA driver test double (host memory as device memory).")
+_CUDA_IO_UAR = typer.Option(
+    None, "--cuda-io-uar/--no-cuda-io-uar",
+    help="Have the CUDA driver map an emulated UAR for the GPU when the program asks for I/O "
+         "memory, as it maps a real UAR (NVSHMEM's IBGDA asks so): an audit module (LD_AUDIT) of "
+         "the emulated NIC.  Default: on where a CUDA driver is installed and --cuda-stub is not "
+         "given.", show_default=False)
 _SYSFS = typer.Option(True, "--sysfs/--no-sysfs",
                       help="Show the HCAs in /sys and /dev/infiniband to the program (a private mount "
                            "namespace; needs root).")
@@ -40,11 +46,12 @@ def register(app: typer.Typer) -> None:
 
     @sub.command("env")
     def env_cmd(devices: int = _DEVICES, fabric: Optional[str] = _FABRIC,
-                cuda_stub: bool = _CUDA_STUB) -> None:
+                cuda_stub: bool = _CUDA_STUB, cuda_io_uar: Optional[bool] = _CUDA_IO_UAR) -> None:
         """Print the environment assignments (shell syntax): eval "$(sigmatrace simnic env)"."""
         from ..simnic import environment
 
-        for key, value in environment(devices=devices, fabric=fabric, cuda_stub=cuda_stub).items():
+        for key, value in environment(devices=devices, fabric=fabric, cuda_stub=cuda_stub,
+                                      cuda_io_uar=cuda_io_uar).items():
             print(f"export {key}={shlex.quote(value)}")
 
     @sub.command("run", context_settings={"allow_interspersed_args": False})
@@ -54,12 +61,14 @@ def register(app: typer.Typer) -> None:
         devices: int = _DEVICES,
         fabric: Optional[str] = _FABRIC,
         cuda_stub: bool = _CUDA_STUB,
+        cuda_io_uar: Optional[bool] = _CUDA_IO_UAR,
         sysfs: bool = _SYSFS,
     ) -> None:
         """Run PROGRAM with the emulated NIC; exits with its status."""
         from ..simnic import cleanup, environment, sysview
 
-        env = {**os.environ, **environment(devices=devices, fabric=fabric, cuda_stub=cuda_stub)}
+        env = {**os.environ, **environment(devices=devices, fabric=fabric, cuda_stub=cuda_stub,
+                                           cuda_io_uar=cuda_io_uar)}
         argv = list(program)
         if sysfs and devices:
             missing = sysview.requirement()

@@ -228,6 +228,13 @@ def test_io_memory_registration_of_the_uar_page_is_granted_as_hardware_does(gda_
     regs = [ev for ev in r.cold() if ev["ev"] == "cu_host_register" and ev["uar"]]
     assert [(ev["flags"] & 4, ev["substituted"], ev["ret"]) for ev in regs] == [(4, True, 0)]
     assert r.report()["wqe_ops"] == {"RDMA_WRITE": 50, "RDMA_READ": 50, "ATOMIC_FA": 50}
-    # untraced, the emulated NIC alone still refuses it (the example then has no doorbell)
-    untraced = gda_run(["--mode", "ops", "-n", "5", "--uar-flags", "iomem"], traced=False, expect_ok=False)
+    # untraced, the emulated NIC without its CUDA I/O-memory bridge refuses it (the example then
+    # has no doorbell); with the bridge (LD_AUDIT, by default where a real driver is) the driver
+    # grants it as for a real UAR (tests/simnic/test_cuda_io_uar.py)
+    untraced = gda_run(["--mode", "ops", "-n", "5", "--uar-flags", "iomem"], traced=False, expect_ok=False,
+                       extra_env={"LD_AUDIT": ""})
     assert untraced.proc.returncode != 0 and "cannot map the doorbell" in untraced.proc.stderr
+    from sigmatrace.simnic.env import cuda_io_bridge
+    bridged = gda_run(["--mode", "ops", "-n", "5", "--uar-flags", "iomem"], traced=False,
+                      extra_env={"LD_AUDIT": str(cuda_io_bridge())})
+    assert bridged.proc.returncode == 0 and bridged.summary["verify"]["failed"] == 0

@@ -21,7 +21,9 @@ ST = [sys.executable, "-m", "sigmatrace.cli.main", "simnic"]
 
 
 def test_environment_assignments():
-    env = environment(devices=2, fabric="lab-1", base={"LD_LIBRARY_PATH": "/opt/x:" + str(library_dir())})
+    # (cuda_io_uar=False: where a CUDA driver is installed the default adds LD_AUDIT, see test_cuda_io_uar.py)
+    env = environment(devices=2, fabric="lab-1", base={"LD_LIBRARY_PATH": "/opt/x:" + str(library_dir())},
+                      cuda_io_uar=False)
     assert env == {"LD_LIBRARY_PATH": f"{library_dir()}:/opt/x", "SIMNIC_DEVICES": "2", "SIMNIC_FABRIC": "lab-1"}
     env = environment(fabric="f", base={}, cuda_stub=True)
     assert env["LD_LIBRARY_PATH"] == f"{cudastub_dir()}:{library_dir()}"
@@ -33,7 +35,7 @@ def test_environment_assignments():
 
 
 def test_env_prints_shell_assignments():
-    r = run([*ST, "env", "-n", "2", "-f", "lab"], {**os.environ, "LD_LIBRARY_PATH": ""}, check=True)
+    r = run([*ST, "env", "-n", "2", "-f", "lab", "--no-cuda-io-uar"], {**os.environ, "LD_LIBRARY_PATH": ""}, check=True)
     assert r.out.splitlines() == [f"export LD_LIBRARY_PATH={library_dir()}", "export SIMNIC_DEVICES=2",
                                   "export SIMNIC_FABRIC=lab"]
     r = run([*ST, "env", "--cuda-stub"], {**os.environ, "LD_LIBRARY_PATH": ""}, check=True)
