@@ -81,6 +81,22 @@ def test_environment_default_follows_the_driver(no_driver):
     assert "LD_AUDIT" not in environment(base={})
 
 
+def test_environment_default_without_the_test_double_installed(no_driver, monkeypatch):
+    """An installation without the CUDA test double (the device machine's copy) still decides."""
+    lib = no_driver / "inst"
+    (lib / "simnic").mkdir(parents=True)
+    for name in ("libibverbs.so.1", "libsimnic_cudaio.so"):
+        (lib / "simnic" / name).write_bytes(b"")
+    drv = no_driver / "drv"
+    drv.mkdir()
+    (drv / "libcuda.so.1").write_bytes(b"")
+    monkeypatch.setattr(simnic_env.paths, "LIB_DIR", lib)
+    simnic_env._driver_on.cache_clear()
+    assert environment(base={"LD_LIBRARY_PATH": str(drv)})["LD_AUDIT"] == str(lib / "simnic" / "libsimnic_cudaio.so")
+    simnic_env._driver_on.cache_clear()
+    assert "LD_AUDIT" not in environment(base={})
+
+
 # ---- the example, untraced --------------------------------------------------------------------
 
 def _example_env(bridge: bool, debug: bool = False) -> dict:
