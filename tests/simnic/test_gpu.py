@@ -88,18 +88,23 @@ def test_devx_qp_in_device_memory(fabric, server_gpu, client_gpu):
     _check_lines(cli.out, client_gpu, True, "cudastub")
     if client_gpu:
         st = _stats(cli.err)
-        # the engine read 6 WQEs and the WRITE source, wrote 6 CQEs (body, then owner byte)
-        # and the READ / FETCH_ADD results, all with copies on its own stream
-        assert st["cuMemcpyDtoHAsync"] >= 7, cli.err
-        assert st["cuMemcpyHtoDAsync"] >= 12 + 5, cli.err
-        assert st["cuStreamSynchronize"] >= 24, cli.err
+        # the engine read 6 WQEs and the WRITE source with copies; it wrote each of the 6 CQEs
+        # as 8 stores (56 bytes, then the owner's word), the 8-byte READ's and the three
+        # FETCH_ADDs' results as one store each, and the 4 KB READ's result with one copy
+        # (native/simnic/eng_mem.c: small writes into GPU memory are the stream's stores)
+        assert st["cuMemcpyDtoHAsync"] == 7, cli.err
+        assert st["cuStreamWriteValue"] == 6 * 8 + 1 + 3, cli.err
+        assert st["cuMemcpyHtoDAsync"] == 1, cli.err
+        assert st["cuStreamSynchronize"] == 24, cli.err
     else:
         assert "cudastub:" not in cli.err      # never loaded by a host-memory program
     if server_gpu:
         st = _stats(srv.err)
-        # responder: the WRITE and three atomics' write-backs; the READs and atomics' reads
-        assert st["cuMemcpyHtoDAsync"] >= 4, srv.err
-        assert st["cuMemcpyDtoHAsync"] >= 5, srv.err
+        # responder: the 4 KB WRITE with a copy and three atomics' write-backs as stores; the
+        # two READs and the atomics' reads with copies
+        assert st["cuMemcpyHtoDAsync"] == 1, srv.err
+        assert st["cuStreamWriteValue"] == 3, srv.err
+        assert st["cuMemcpyDtoHAsync"] == 5, srv.err
     else:
         assert "cudastub:" not in srv.err
 

@@ -45,12 +45,13 @@ def test_rdma_between_device_buffers(tmp_path, fabric):
     # Every byte the NICs moved went through the driver, on the engines' streams.  Messages
     # carry at most 32 KiB, so 256 KiB is 8 of them.
     s, c = _stats(srv.err), _stats(cli.err)
-    # the server's engine: 8 WRITE fragments, the SEND and the counter's write-back in;
-    # 8 READ response fragments and the counter's read out
-    assert (s["cuMemcpyHtoDAsync"], s["cuMemcpyDtoHAsync"]) == (10, 9), srv.err
-    # the client's engine: 8 READ fragments and the fetch-add result in; 8 WRITE fragments and
-    # the SEND out
-    assert (c["cuMemcpyHtoDAsync"], c["cuMemcpyDtoHAsync"]) == (9, 9), cli.err
+    # the server's engine: 8 WRITE fragments (each 32 KiB: from pinned staging) and the SEND in
+    # with copies, the counter's 8-byte write-back as one store; 8 READ response fragments and
+    # the counter's read out
+    assert (s["cuMemcpyHtoDAsync"], s["cuStreamWriteValue"], s["cuMemcpyDtoHAsync"]) == (9, 1, 9), srv.err
+    # the client's engine: 8 READ fragments in with copies and the fetch-add result as a store;
+    # 8 WRITE fragments and the SEND out
+    assert (c["cuMemcpyHtoDAsync"], c["cuStreamWriteValue"], c["cuMemcpyDtoHAsync"]) == (8, 1, 9), cli.err
     # the programs' own: fills (server: pattern and counter) and checks
     assert (s["cuMemcpyHtoD"], c["cuMemcpyHtoD"]) == (2, 1)
     assert s["cuStreamSynchronize"] == 19 and c["cuStreamSynchronize"] == 18
