@@ -225,6 +225,20 @@ static inline void st_rec_word1(struct st_record *r, uint8_t type, uint8_t flags
     __builtin_memcpy(&r->type, &w, 8);
 }
 
+/* Room for a continuation record (ST_F_CONT) of the record just committed: zeroed, with its time
+ * and second word written; the caller fills its own fields, then st_rec_commit.  NULL when
+ * dropped, as st_rec_reserve. */
+static inline struct st_record *st_rec_cont(struct st_thread *t, uint64_t ts, uint8_t type, uint8_t op, uint32_t qpn)
+{
+    struct st_record *r = st_rec_reserve(t);
+    if (ST_UNLIKELY(!r))
+        return NULL;
+    __builtin_memset(r, 0, offsetof(struct st_record, seq));
+    r->ts = ts;
+    st_rec_word1(r, type, ST_F_CONT, op, 0, qpn);
+    return r;
+}
+
 /* Copy one record (seq ignored) into the calling thread's ring.  Returns 1 if recorded, 0 if
  * dropped or not recording. */
 static inline int st_emit(const struct st_record *rec)

@@ -180,15 +180,9 @@ static int st_post_send_full(struct ibv_qp *qp, struct ibv_send_wr *wr, struct i
             r->aux32 = 0;
         st_rec_commit(t, r);
         if (w->opcode == IBV_WR_ATOMIC_CMP_AND_SWP || w->opcode == IBV_WR_ATOMIC_FETCH_AND_ADD) {
-            r = st_rec_reserve(t);
+            r = st_rec_cont(t, ts, ST_REC_ATOMIC_ARGS, (uint8_t)w->opcode, qp->qp_num);
             if (ST_UNLIKELY(r == NULL))
                 break;
-            memset(r, 0, offsetof(struct st_record, seq));
-            r->ts = ts;
-            r->type = ST_REC_ATOMIC_ARGS;
-            r->flags = ST_F_CONT;
-            r->op = (uint8_t)w->opcode;
-            r->qpn = qp->qp_num;
             r->addr = w->wr.atomic.compare_add;
             r->extra = w->wr.atomic.swap;
             st_rec_commit(t, r);

@@ -175,23 +175,17 @@ static void st_wr_post(struct st_thread *t, struct st_wr_batch *b, struct ibv_qp
         r->aux32 = w->imm;
         st_rec_commit(t, r);
         if (w->has_av) {
-            r = st_rec_reserve(t);
+            r = st_rec_cont(t, b->ts, ST_REC_WQE_AV, w->op, qpn);
             if (!r)
                 return;
-            memset(r, 0, offsetof(struct st_record, seq));
-            r->ts = b->ts;
-            st_rec_word1(r, ST_REC_WQE_AV, ST_F_CONT, w->op, 0, qpn);
             r->aux32 = w->imm;
             r->extra = w->dc_key;
             st_rec_commit(t, r);
         }
         if (w->op == IBV_WR_ATOMIC_CMP_AND_SWP || w->op == IBV_WR_ATOMIC_FETCH_AND_ADD) {
-            r = st_rec_reserve(t);
+            r = st_rec_cont(t, b->ts, ST_REC_ATOMIC_ARGS, w->op, qpn);
             if (!r)
                 return;
-            memset(r, 0, offsetof(struct st_record, seq));
-            r->ts = b->ts;
-            st_rec_word1(r, ST_REC_ATOMIC_ARGS, ST_F_CONT, w->op, 0, qpn);
             r->addr = w->compare;
             r->extra = w->swap;
             st_rec_commit(t, r);

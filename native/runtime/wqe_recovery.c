@@ -78,6 +78,18 @@ void wqe_loss(struct st_live_qp *live, uint32_t qpn, uint64_t first, uint64_t n,
     db_emit(&rec);
 }
 
+/* A continuation record of the WQE record just emitted: zeroed but for its time, type, flags
+ * and QP; the caller fills its own fields. */
+static inline struct st_record cont_rec(uint8_t type, uint8_t flags, uint64_t ts, uint32_t qpn)
+{
+    struct st_record c = {0};
+    c.ts = ts;
+    c.type = type;
+    c.flags = ST_F_CONT | flags;
+    c.qpn = qpn;
+    return c;
+}
+
 static void emit_wqe(struct wqe_rec *r, const struct wqe_info *w, uint64_t ts)
 {
     /* a batch parsed after recording stopped belongs to no session: neither record nor count
@@ -105,22 +117,14 @@ static void emit_wqe(struct wqe_rec *r, const struct wqe_info *w, uint64_t ts)
     rec.aux32 = (uint32_t)w->idx;
     db_emit(&rec);
     if (w->has_av) {
-        struct st_record av = {0};
-        av.ts = ts;
-        av.type = ST_REC_WQE_AV;
-        av.flags = ST_F_CONT;
-        av.qpn = r->qpn;
+        struct st_record av = cont_rec(ST_REC_WQE_AV, 0, ts, r->qpn);
         av.aux32 = w->av_qpn;
         av.extra = w->dc_key;
         av.key = w->av_lid;
         db_emit(&av);
     }
     if (w->has_atomic) {
-        struct st_record at = {0};
-        at.ts = ts;
-        at.type = ST_REC_WQE_ATOMIC;
-        at.flags = ST_F_CONT;
-        at.qpn = r->qpn;
+        struct st_record at = cont_rec(ST_REC_WQE_ATOMIC, 0, ts, r->qpn);
         at.op = w->opcode;
         at.len = w->amo_size;
         at.addr = w->compare;
@@ -135,12 +139,8 @@ static void emit_wqe(struct wqe_rec *r, const struct wqe_info *w, uint64_t ts)
         }
     }
     for (uint32_t i = 0; i < w->nseg; i++) {
-        struct st_record s = {0};
-        s.ts = ts;
-        s.type = ST_REC_WQE_SEG;
-        s.flags = ST_F_CONT | (w->seg[i].is_inline ? ST_F_INLINE : 0);
+        struct st_record s = cont_rec(ST_REC_WQE_SEG, w->seg[i].is_inline ? ST_F_INLINE : 0, ts, r->qpn);
         s.aux = (uint8_t)i;
-        s.qpn = r->qpn;
         s.len = w->seg[i].len;
         s.key = w->seg[i].lkey;
         s.addr = w->seg[i].addr;

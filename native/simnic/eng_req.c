@@ -660,18 +660,27 @@ static int tx_wqe(struct sn_engine *eng, struct sn_eqp *q, struct sn_swqe *w)
     return 1;
 }
 
+/* The LID of the port W's address vector names: its DLID, or with a GRH the port that holds
+ * its destination GID; 0 when no port does. */
+static uint16_t av_port_lid(const struct sn_swqe *w)
+{
+    uint16_t lid = w->ud_dlid;
+    struct sn_owner owner;
+
+    if (w->ud_grh && sn_fabric_lookup(0, w->ud_dgid, &lid, &owner))
+        lid = 0;
+    return lid;
+}
+
 /* UD: one datagram to the port the WQE's address vector names; returns 0 when that port's
  * ring is full.  A datagram nobody can receive (no such port, larger than the MTU, a dead
  * port) is dropped on the wire: the send still completes, as UD's does. */
 static int tx_ud(struct sn_engine *eng, struct sn_eqp *q, struct sn_swqe *w)
 {
-    uint16_t lid = w->ud_dlid;
-    struct sn_owner owner;
+    uint16_t lid = av_port_lid(w);
     struct sn_peer *p;
     struct sn_msg *m;
 
-    if (w->ud_grh && sn_fabric_lookup(0, w->ud_dgid, &lid, &owner))
-        lid = 0;
     p = lid && w->len <= 4096 ? sn_peer_get(eng, lid) : NULL;
     if (!p || p->dead) {
         eng->n_ud_dropped++;
@@ -715,13 +724,10 @@ static int tx_ud(struct sn_engine *eng, struct sn_eqp *q, struct sn_swqe *w)
  * complete, or the ring is full), -1 when W's DCT cannot be reached (completed in error). */
 static int dc_route(struct sn_engine *eng, struct sn_eqp *q, struct sn_swqe *w)
 {
-    uint16_t lid = w->ud_dlid;
-    struct sn_owner owner;
+    uint16_t lid = av_port_lid(w);
     struct sn_peer *p;
     struct sn_msg *m;
 
-    if (w->ud_grh && sn_fabric_lookup(0, w->ud_dgid, &lid, &owner))
-        lid = 0;
     p = lid ? sn_peer_get(eng, lid) : NULL;
     if (p && p == q->peer && q->dest_qpn == w->ud_dqpn && q->dc_cur_key == w->dc_key &&
         !q->dc_reconnect)

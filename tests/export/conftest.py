@@ -3,6 +3,9 @@ exports back."""
 from __future__ import annotations
 
 import collections
+import json
+import subprocess
+import sys
 from dataclasses import dataclass, field
 
 import pytest
@@ -123,6 +126,29 @@ def parse_perfetto(path) -> ParsedTrace:
         if p.HasField("track_event"):
             pt.events.append((p, p.track_event))
     return pt
+
+
+def run_gda_example(d, args: list[str]) -> dict:
+    """The GDA example (CPU threads standing in for the GPU, on the CUDA driver test double and the
+    emulated NIC) run with ARGS under `sigmatrace spawn` into folder D, its own check passed, and
+    exported to Perfetto and Parquet: {"dir": D, "summary": its --json summary, "pt": the Perfetto
+    file parsed}.  Skips when the example or the driver test double is not built."""
+    try:
+        from sigmatrace import gda
+        env = gda.environment("cpu")
+        binary = gda.binary("cpu")
+    except Exception as e:            # the example or the driver test double is not built
+        pytest.skip(f"GDA example not available: {e}")
+    argv = [str(binary), *args, "--json", str(d / "summary.json"), "--quiet"]
+    p = subprocess.run([sys.executable, "-m", "sigmatrace.cli.main", "spawn", "--quiet", "--out", str(d / "trace"),
+                        "--", *argv], env=env, capture_output=True, text=True, timeout=240, start_new_session=True)
+    assert p.returncode == 0, p.stderr[-3000:]
+    summary = json.loads((d / "summary.json").read_text())
+    assert summary["verify"]["ok"]
+    r = subprocess.run([sys.executable, "-m", "sigmatrace.cli.main", "export", str(d / "trace"), "--perfetto",
+                        str(d / "g.pftrace"), "--parquet", str(d / "t"), "-q"], capture_output=True, text=True, timeout=180)
+    assert r.returncode == 0, r.stderr
+    return {"dir": d, "summary": summary, "pt": parse_perfetto(d / "g.pftrace")}
 
 
 class Collect(Output):

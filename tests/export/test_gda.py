@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from .conftest import parse_perfetto
+from .conftest import run_gda_example
 
 N, BATCH, AREA = 60, 7, 16          # 240 WQEs per QP, 35 doorbells of up to 7
 KINDS = ["write", "read", "fadd", "writev"]
@@ -29,24 +29,9 @@ def expected_wqes(qp: dict) -> list[tuple[str, int, int]]:
 
 @pytest.fixture(scope="module")
 def gda_run(tmp_path_factory):
-    try:
-        from sigmatrace import gda
-        env = gda.environment("cpu")
-        binary = gda.binary("cpu")
-    except Exception as e:            # the example or the driver test double is not built
-        pytest.skip(f"GDA example not available: {e}")
-    d = tmp_path_factory.mktemp("gda")
-    argv = [str(binary), "--mode", "ops", "-n", str(N), "--ops", ",".join(KINDS), "--qps", "2", "--batch", str(BATCH),
-            "--area", str(AREA), "--json", str(d / "summary.json"), "--quiet"]
-    p = subprocess.run([sys.executable, "-m", "sigmatrace.cli.main", "spawn", "--quiet", "--out", str(d / "trace"),
-                        "--", *argv], env=env, capture_output=True, text=True, timeout=240, start_new_session=True)
-    assert p.returncode == 0, p.stderr[-3000:]
-    summary = json.loads((d / "summary.json").read_text())
-    assert summary["verify"]["ok"]
-    r = subprocess.run([sys.executable, "-m", "sigmatrace.cli.main", "export", str(d / "trace"), "--perfetto",
-                        str(d / "g.pftrace"), "--parquet", str(d / "t"), "-q"], capture_output=True, text=True, timeout=180)
-    assert r.returncode == 0, r.stderr
-    return {"dir": d, "summary": summary, "pt": parse_perfetto(d / "g.pftrace")}
+    return run_gda_example(tmp_path_factory.mktemp("gda"),
+                           ["--mode", "ops", "-n", str(N), "--ops", ",".join(KINDS), "--qps", "2", "--batch", str(BATCH),
+                            "--area", str(AREA)])
 
 
 def test_doorbells_and_wqes_on_their_tracks(gda_run):

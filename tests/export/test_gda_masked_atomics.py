@@ -3,13 +3,10 @@ threads on the CUDA driver test double and the emulated NIC) exported: in Perfet
 ATOMIC_MASKED_CS / ATOMIC_MASKED_FA event with its operand size, operands and masks (or field
 boundary), and SQL counts them by opcode like the other atomics."""
 import collections
-import json
-import subprocess
-import sys
 
 import pytest
 
-from .conftest import parse_perfetto
+from .conftest import run_gda_example
 
 N = 40
 KINDS = ["mcas", "mfadd", "mcas4", "mfadd4"]
@@ -33,24 +30,7 @@ def operands(kind: str, i: int) -> dict:
 
 @pytest.fixture(scope="module")
 def run(tmp_path_factory):
-    try:
-        from sigmatrace import gda
-        env = gda.environment("cpu")
-        binary = gda.binary("cpu")
-    except Exception as e:            # the example or the driver test double is not built
-        pytest.skip(f"GDA example not available: {e}")
-    d = tmp_path_factory.mktemp("gdam")
-    argv = [str(binary), "--mode", "ops", "-n", str(N), "--ops", ",".join(KINDS), "--json", str(d / "summary.json"),
-            "--quiet"]
-    p = subprocess.run([sys.executable, "-m", "sigmatrace.cli.main", "spawn", "--quiet", "--out", str(d / "trace"),
-                        "--", *argv], env=env, capture_output=True, text=True, timeout=240, start_new_session=True)
-    assert p.returncode == 0, p.stderr[-3000:]
-    summary = json.loads((d / "summary.json").read_text())
-    assert summary["verify"]["ok"]
-    r = subprocess.run([sys.executable, "-m", "sigmatrace.cli.main", "export", str(d / "trace"), "--perfetto",
-                        str(d / "g.pftrace"), "--parquet", str(d / "t"), "-q"], capture_output=True, text=True, timeout=180)
-    assert r.returncode == 0, r.stderr
-    return {"dir": d, "summary": summary, "pt": parse_perfetto(d / "g.pftrace")}
+    return run_gda_example(tmp_path_factory.mktemp("gdam"), ["--mode", "ops", "-n", str(N), "--ops", ",".join(KINDS)])
 
 
 def test_perfetto_events_carry_size_operands_and_masks(run):
