@@ -7,7 +7,8 @@
 #   Usage: nvshmem.sh [probe] [trace] [bench] | all        (results under $OUT)
 # Environment: N (measured iterations, default 5000), WARMUP (default 1000), TRANSPORTS (default
 # "ibrc ibgda-gpu ibgda-cpu"), ROUNDS (benchmark rounds, default 5), WHL (wheels folder), PE_TIMEOUT
-# (seconds a run of the PEs may take, default 380), MODES (doorbell modes traced, default "forward wqe").
+# (seconds a run of the PEs may take, default 380), MODES (doorbell modes traced, default "forward wqe"),
+# ARCHIVE_ONLY (leave only results.tgz under $OUT).
 set -uo pipefail
 what=" ${*:-all} "
 has() { [[ "$what" == *" $1 "* || "$what" == *" all "* ]]; }
@@ -81,7 +82,11 @@ fi
 if has bench; then
   echo "== benchmark"
   timeout 580 python3 bench/nvshmem_bench.py --prog $prog --rounds "$ROUNDS" --transports "$TRANSPORTS" \
-    ${BENCH_ARGS:-} --json "$OUT/bench.json" 2>&1 | tee "$OUT/bench.log"
+    -n "$N" --warmup "$WARMUP" ${BENCH_ARGS:-} --json "$OUT/bench.json" 2>&1 | tee "$OUT/bench.log"
 fi
-# every summary, log and comparison in one file (the traces stay on the machine)
+# every summary, log and comparison in one file (the traces stay on the machine); ARCHIVE_ONLY=1
+# leaves only that file under $OUT (a device run returns a few files only)
 (cd "$OUT" && tar czf results.tgz --exclude='traces-*' --exclude=results.tgz .)
+if [ -n "${ARCHIVE_ONLY:-}" ]; then
+  find "$OUT" -mindepth 1 -maxdepth 1 ! -name results.tgz -exec rm -rf {} +
+fi

@@ -15,7 +15,7 @@ python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upg
 export PYTHONPATH=$here:/tmp/site PYTHONUNBUFFERED=1 SIGMATRACE_GDA_BACKEND=gpu
 nvidia-smi -L; nproc; python3 --version
 python3 -c 'import frida, numpy, typer, rich; print("frida", frida.__version__)'
-env_sh() { python3 -c 'import shlex; from sigmatrace import gda; e = gda.environment("gpu"); print(" ".join(f"{k}={shlex.quote(v)}" for k, v in e.items() if k in ("LD_LIBRARY_PATH", "SIMNIC_DEVICES", "SIMNIC_FABRIC")))'; }
+env_sh() { python3 -c 'import shlex; from sigmatrace import gda; e = gda.environment("gpu"); print(" ".join(f"{k}={shlex.quote(v)}" for k, v in e.items() if k in ("LD_LIBRARY_PATH", "SIMNIC_DEVICES", "SIMNIC_FABRIC", "LD_AUDIT")))'; }
 bin=sigmatrace/_lib/bin/gda_example
 if has smoke; then
   echo "== untraced GPU example"
