@@ -277,3 +277,40 @@ def test_v2_jump_after_the_wrap_names_the_last_seq(tmp_path):
     assert len(s.read()) == 4
     assert [(pr.offset, pr.what) for pr in s.problems] == [
         (fmt.STREAM_HEADER_SIZE, "sequence jumps from 0 to 4294967294"), (second, "sequence jumps from 4294967295 to 5")]
+
+
+def _live_with_repeaters(path, n: int, slots: int) -> None:
+    """A live block whose repeater table has `slots` slots (the header says so), `n` in use."""
+    from sigmatrace.trace import live as lv
+
+    mm = create_live(path, pid=7)
+    h = mm[:lv.HEADER_DTYPE.itemsize].view(lv.HEADER_DTYPE)
+    h["max_repeaters"] = slots
+    h["n_repeaters"] = n
+    reps = lv._table(mm, lv.REPEATER_OFFSET, lv.REPEATER_SIZE, lv.MAX_REPEATERS, lv.REPEATER_DTYPE)
+    reps["doorbells"][:n] = np.arange(1, n + 1)
+    mm.flush()
+    del mm
+    os.truncate(path, lv.REPEATER_OFFSET + slots * lv.REPEATER_SIZE)
+
+
+def test_live_block_shows_every_repeater_and_reads_64_slot_blocks(tmp_path):
+    """256 repeater slots (one page of 256 QPs each), and blocks written with the 64 slots of
+    before read the same; a header that promises more slots than the file holds is damage."""
+    from sigmatrace.trace import live as lv
+
+    _live_with_repeaters(tmp_path / "live.bin", n=200, slots=256)
+    with lv.LiveBlock(tmp_path / "live.bin") as b:
+        reps = b.snapshot().repeaters
+    assert len(reps) == 200 and reps["doorbells"][199] == 200
+
+    _live_with_repeaters(tmp_path / "old.bin", n=64, slots=64)
+    assert (tmp_path / "old.bin").stat().st_size == lv.FILE_SIZE - 192 * lv.REPEATER_SIZE
+    with lv.LiveBlock(tmp_path / "old.bin") as b:
+        reps = b.snapshot().repeaters
+    assert len(reps) == 64 and list(reps["doorbells"][:3]) == [1, 2, 3]
+
+    _live_with_repeaters(tmp_path / "cut.bin", n=10, slots=64)
+    os.truncate(tmp_path / "cut.bin", lv.REPEATER_OFFSET + 10 * lv.REPEATER_SIZE)
+    with pytest.raises(lv.LiveFormatError, match="truncated"):
+        lv.LiveBlock(tmp_path / "cut.bin")

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import psutil
 
-from ..trace.live import FILE_SIZE, LiveBlock, LiveFormatError, LiveSnapshot
+from ..trace.live import MIN_FILE_SIZE, LiveBlock, LiveFormatError, LiveSnapshot
 
 RESCAN_SECONDS = 1.0          # how often new p<pid>/ directories are looked for
 COLD_BYTES_PER_POLL = 256 << 10  # cold events read per refresh at most (the rest next time)
@@ -171,7 +171,7 @@ class _Watched:
     def _open(self) -> None:
         live = self.path / "live.bin"
         try:
-            if live.stat().st_size < FILE_SIZE:
+            if live.stat().st_size < MIN_FILE_SIZE:
                 self.problem = "live block being created"
                 return
             self.block = LiveBlock(live)

@@ -17,7 +17,7 @@ LIVE_MAGIC = b"STLIVE01"
 LIVE_VERSION = 1
 MAX_THREADS = 256
 MAX_QPS = 1024
-MAX_REPEATERS = 64
+MAX_REPEATERS = 256
 MAX_PROVIDERS = 16
 OPS = 32
 MLX5_OPS = 64
@@ -31,6 +31,10 @@ THREAD_OFFSET = HEADER_SIZE
 QP_OFFSET = THREAD_OFFSET + MAX_THREADS * THREAD_SIZE
 REPEATER_OFFSET = QP_OFFSET + MAX_QPS * QP_SIZE
 FILE_SIZE = REPEATER_OFFSET + MAX_REPEATERS * REPEATER_SIZE
+# The repeater table is the file's last: a block written with fewer slots (64 before; its header's
+# max_repeaters says how many) ends sooner and reads the same.
+MIN_FILE_SIZE = REPEATER_OFFSET
+REPEATER_SLOTS_LIMIT = 1 << 16
 UNKNOWN_QPN = 0xFFFFFFFF
 
 
@@ -236,9 +240,9 @@ class LiveBlock:
             raise LiveFormatError(f"{self.path}: cannot open live block ({e.strerror})") from None
         try:
             size = os.fstat(fd).st_size
-            if size < FILE_SIZE:
+            if size < MIN_FILE_SIZE:
                 raise LiveFormatError(f"{self.path}: live block truncated ({size} of {FILE_SIZE} bytes)")
-            self._map = mmap.mmap(fd, FILE_SIZE, mmap.MAP_SHARED, mmap.PROT_READ)
+            self._map = mmap.mmap(fd, min(size, FILE_SIZE), mmap.MAP_SHARED, mmap.PROT_READ)
         finally:
             os.close(fd)
         buf = np.frombuffer(self._map, dtype=np.uint8)
@@ -247,15 +251,22 @@ class LiveBlock:
             raise LiveFormatError(f"{self.path}: not a sigmatrace live block (bad magic)")
         if int(self._header["version"][0]) != LIVE_VERSION:
             raise LiveFormatError(f"{self.path}: live block version {int(self._header['version'][0])}, expected {LIVE_VERSION}")
+        slots = int(self._header["max_repeaters"][0])
+        want = REPEATER_OFFSET + min(slots, MAX_REPEATERS) * REPEATER_SIZE
+        if not 0 < slots <= REPEATER_SLOTS_LIMIT:
+            raise LiveFormatError(f"{self.path}: live block header says {slots} repeater slots")
+        if size < want:
+            raise LiveFormatError(f"{self.path}: live block truncated ({size} of {want} bytes)")
+        self._max_repeaters = min(slots, MAX_REPEATERS)
         self._threads = _table(buf, THREAD_OFFSET, THREAD_SIZE, MAX_THREADS, THREAD_DTYPE)
         self._qps = _table(buf, QP_OFFSET, QP_SIZE, MAX_QPS, QP_DTYPE)
-        self._repeaters = _table(buf, REPEATER_OFFSET, REPEATER_SIZE, MAX_REPEATERS, REPEATER_DTYPE)
+        self._repeaters = _table(buf, REPEATER_OFFSET, REPEATER_SIZE, self._max_repeaters, REPEATER_DTYPE)
 
     def snapshot(self) -> LiveSnapshot:
         h = self._header[0].copy()
         n_t = min(int(h["n_threads"]), MAX_THREADS)
         n_q = min(int(h["n_qps"]), MAX_QPS)
-        n_r = min(int(h["n_repeaters"]), MAX_REPEATERS)
+        n_r = min(int(h["n_repeaters"]), self._max_repeaters)
         threads = self._threads[:n_t].copy()
         return LiveSnapshot(h, threads[threads["in_use"] != 0], self._qps[:n_q].copy(), self._repeaters[:n_r].copy())
 

@@ -53,7 +53,7 @@ def test_live_block_damage_listed_once(tmp_path):
     with open(live, "r+b") as f:
         f.truncate(100)
     rep = _report(dirs[0])
-    assert rep["problems"] == [f"{live}: live block truncated (100 of {3166208} bytes)"]
+    assert rep["problems"] == [f"{live}: live block truncated (100 of {3215360} bytes)"]
     assert rep["damaged"] == {"live": [str(live)]}
 
 

@@ -19,7 +19,7 @@
 
 #define ST_LIVE_MAX_THREADS 256
 #define ST_LIVE_MAX_QPS 1024
-#define ST_LIVE_MAX_REPEATERS 64
+#define ST_LIVE_MAX_REPEATERS 256
 #define ST_LIVE_MAX_PROVIDERS 16
 #define ST_LIVE_OPS 32        /* slots indexed by enum ibv_wr_opcode */
 #define ST_LIVE_MLX5_OPS 64   /* slots indexed by mlx5 WQE opcode */
