@@ -175,6 +175,8 @@ static int copy_in(CUdeviceptr dst, const void *src, size_t len)
     return cu.htod(dst, src, len, tls_stream) ? -1 : 0;
 }
 
+/* Aligned 8-byte stores where the address allows, 4-byte ones elsewhere; the unaligned bytes at
+ * the edges by a plain copy. */
 static int write_words(CUdeviceptr dst, const uint8_t *src, size_t len)
 {
     size_t head = (size_t)(-dst & 3) < len ? (size_t)(-dst & 3) : len;
@@ -182,28 +184,14 @@ static int write_words(CUdeviceptr dst, const uint8_t *src, size_t len)
     if (head && copy_in(dst, src, head))
         return -1;
     dst += head, src += head, len -= head;
-    if (len >= 4 && (dst & 4)) {
-        uint32_t v;
+    while (len >= 4) {
+        size_t n = len >= 8 && !(dst & 7) ? 8 : 4;
+        uint64_t v = 0;
 
-        memcpy(&v, src, 4);
-        if (cu.write32(tls_stream, dst, v, 0))
+        memcpy(&v, src, n);
+        if (n == 8 ? cu.write64(tls_stream, dst, v, 0) : cu.write32(tls_stream, dst, (uint32_t)v, 0))
             return -1;
-        dst += 4, src += 4, len -= 4;
-    }
-    for (; len >= 8; dst += 8, src += 8, len -= 8) {
-        uint64_t v;
-
-        memcpy(&v, src, 8);
-        if (cu.write64(tls_stream, dst, v, 0))
-            return -1;
-    }
-    if (len >= 4) {
-        uint32_t v;
-
-        memcpy(&v, src, 4);
-        if (cu.write32(tls_stream, dst, v, 0))
-            return -1;
-        dst += 4, src += 4, len -= 4;
+        dst += n, src += n, len -= n;
     }
     return len ? copy_in(dst, src, len) : 0;
 }

@@ -252,12 +252,12 @@ class LiveBlock:
         if int(self._header["version"][0]) != LIVE_VERSION:
             raise LiveFormatError(f"{self.path}: live block version {int(self._header['version'][0])}, expected {LIVE_VERSION}")
         slots = int(self._header["max_repeaters"][0])
-        want = REPEATER_OFFSET + min(slots, MAX_REPEATERS) * REPEATER_SIZE
         if not 0 < slots <= REPEATER_SLOTS_LIMIT:
             raise LiveFormatError(f"{self.path}: live block header says {slots} repeater slots")
+        self._max_repeaters = min(slots, MAX_REPEATERS)
+        want = REPEATER_OFFSET + self._max_repeaters * REPEATER_SIZE
         if size < want:
             raise LiveFormatError(f"{self.path}: live block truncated ({size} of {want} bytes)")
-        self._max_repeaters = min(slots, MAX_REPEATERS)
         self._threads = _table(buf, THREAD_OFFSET, THREAD_SIZE, MAX_THREADS, THREAD_DTYPE)
         self._qps = _table(buf, QP_OFFSET, QP_SIZE, MAX_QPS, QP_DTYPE)
         self._repeaters = _table(buf, REPEATER_OFFSET, REPEATER_SIZE, self._max_repeaters, REPEATER_DTYPE)

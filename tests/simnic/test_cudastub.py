@@ -138,15 +138,9 @@ def test_no_devices():
     assert r.stdout.split() == ["100", "3"]           # NO_DEVICE; still not initialized
 
 
-_WAIT_PROBE = r'''
-import ctypes, sys, threading, time
-l = ctypes.CDLL(sys.argv[1])
-u64, vp = ctypes.c_uint64, ctypes.c_void_p
-l.cuMemcpyDtoHAsync_v2.argtypes = [vp, u64, ctypes.c_size_t, vp]
-l.cuMemcpyHtoD_v2.argtypes = [u64, vp, ctypes.c_size_t]
-l.cuStreamWaitValue32_v2.argtypes = [vp, u64, ctypes.c_uint32, ctypes.c_uint]
-l.cuStreamQuery.argtypes = l.cuStreamSynchronize.argtypes = [vp]
-l.cuMemFree_v2.argtypes = [u64]
+# The probes' common start: the primary context current, a host word registered for the device
+# (`flag`, device pointer `fd`) and a non-blocking stream `s`.
+_STREAM_SETUP = r'''
 l.cuInit(0)
 dev, ctx = ctypes.c_int(), vp()
 l.cuDeviceGet(ctypes.byref(dev), 0)
@@ -158,7 +152,18 @@ fd = u64()
 l.cuMemHostGetDevicePointer_v2(ctypes.byref(fd), flag, 0)
 s = vp()
 l.cuStreamCreate(ctypes.byref(s), 1)
-src = u64()
+'''
+
+_WAIT_PROBE = r'''
+import ctypes, sys, threading, time
+l = ctypes.CDLL(sys.argv[1])
+u64, vp = ctypes.c_uint64, ctypes.c_void_p
+l.cuMemcpyDtoHAsync_v2.argtypes = [vp, u64, ctypes.c_size_t, vp]
+l.cuMemcpyHtoD_v2.argtypes = [u64, vp, ctypes.c_size_t]
+l.cuStreamWaitValue32_v2.argtypes = [vp, u64, ctypes.c_uint32, ctypes.c_uint]
+l.cuStreamQuery.argtypes = l.cuStreamSynchronize.argtypes = [vp]
+l.cuMemFree_v2.argtypes = [u64]
+''' + _STREAM_SETUP + r'''src = u64()
 l.cuMemAlloc_v2(ctypes.byref(src), 64)
 dst = (ctypes.c_uint8 * 64)()
 def fill(v):
@@ -231,18 +236,7 @@ l.cuStreamWriteValue32_v2.argtypes = [vp, u64, ctypes.c_uint32, ctypes.c_uint]
 l.cuStreamWriteValue64_v2.argtypes = [vp, u64, ctypes.c_uint64, ctypes.c_uint]
 l.cuMemcpyDtoH_v2.argtypes = [vp, u64, ctypes.c_size_t]
 l.cuStreamQuery.argtypes = l.cuStreamSynchronize.argtypes = [vp]
-l.cuInit(0)
-dev, ctx = ctypes.c_int(), vp()
-l.cuDeviceGet(ctypes.byref(dev), 0)
-l.cuDevicePrimaryCtxRetain(ctypes.byref(ctx), dev)
-l.cuCtxSetCurrent(ctx)
-flag = (ctypes.c_uint32 * 1024)()
-l.cuMemHostRegister_v2(flag, 4096, 3)
-fd = u64()
-l.cuMemHostGetDevicePointer_v2(ctypes.byref(fd), flag, 0)
-s = vp()
-l.cuStreamCreate(ctypes.byref(s), 1)
-d = u64()
+''' + _STREAM_SETUP + r'''d = u64()
 l.cuMemAlloc_v2(ctypes.byref(d), 64)
 out = (ctypes.c_uint64 * 2)()
 def words():
@@ -269,6 +263,7 @@ def test_stream_write_value_stores_in_stream_order():
     assert r.returncode == 0, r.stderr
     got = dict(line.split(": ", 1) for line in r.stdout.splitlines())
     assert got == {
+        "register": "0",
         "w64": "0 1122334455667788 0",
         "w32": "0 1122334455667788 aabbccdd00000000",
         "held": "0 600 1122334455667788 aabbccdd00000000",

@@ -11,14 +11,7 @@ import subprocess
 
 from sigmatrace import gda
 
-
-def _stub_counts(stderr: str) -> dict[str, int]:
-    counts = {}
-    for line in stderr.splitlines():
-        if line.startswith("cudastub: "):
-            name, n = line[len("cudastub: "):].rsplit(" ", 1)
-            counts[name] = int(n)
-    return counts
+from .test_gpu import _stats
 
 
 def test_cqes_in_device_memory_are_written_as_stores(tmp_path):
@@ -32,7 +25,7 @@ def test_cqes_in_device_memory_are_written_as_stores(tmp_path):
     assert run["queues"] == "gpu"
     (qp,) = run["qps"]
     assert qp["cqes"] == 100
-    counts = _stub_counts(r.stderr)
+    counts = _stats(r.stderr)
     assert counts["cuStreamWriteValue"] == 8 * qp["cqes"]      # 56 bytes, then the owner's word
     assert counts["cuMemcpyHtoDAsync"] == 0
     assert counts["cuMemcpyDtoDAsync"] == 0
