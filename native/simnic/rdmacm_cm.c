@@ -42,32 +42,59 @@ static struct rc_channel *rc_chan(struct rdma_event_channel *ch)
     return (struct rc_channel *)ch;
 }
 
-SN_EXPORT struct rdma_event_channel *rdma_create_event_channel(void)
+/* Event dispatch and teardown exclude each other, as the kernel's rdma_cm makes them:
+ * - a thread woken by an id's socket dispatches only if the id is still live, looked up by its
+ *   serial (an address can be reused, a serial cannot);
+ * - rdma_destroy_id waits until every event it handed out for the id is acked;
+ * - a channel destroyed while a thread waits in rdma_get_cm_event leaves that thread waiting
+ *   for good, as the kernel's does, and a call that starts after the destruction fails with
+ *   EBADF without touching the freed channel.
+ * Recursive: a listener's dispatch creates (registers) the child id. */
+static pthread_mutex_t rc_dispatch_lock = PTHREAD_RECURSIVE_MUTEX_INITIALIZER_NP;
+static pthread_cond_t rc_acked = PTHREAD_COND_INITIALIZER;
+static struct rc_id *rc_live_ids;
+static struct rc_channel *rc_live_channels;
+static uint64_t rc_serials;
+
+static void rc_register_id(struct rc_id *r)
 {
-    struct rc_channel *c = calloc(1, sizeof(*c));
-    if (!c) {
-        errno = ENOMEM;
-        return NULL;
-    }
-    c->ch.fd = epoll_create1(EPOLL_CLOEXEC);
-    c->evfd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK | EFD_SEMAPHORE);
-    struct epoll_event ev = {.events = EPOLLIN, .data.ptr = NULL};
-    if (c->ch.fd < 0 || c->evfd < 0 || epoll_ctl(c->ch.fd, EPOLL_CTL_ADD, c->evfd, &ev)) {
-        int e = errno;
-        if (c->ch.fd >= 0)
-            close(c->ch.fd);
-        if (c->evfd >= 0)
-            close(c->evfd);
-        free(c);
-        errno = e;
-        return NULL;
-    }
-    return &c->ch;
+    pthread_mutex_lock(&rc_dispatch_lock);
+    r->serial = ++rc_serials;
+    r->live_next = rc_live_ids;
+    rc_live_ids = r;
+    pthread_mutex_unlock(&rc_dispatch_lock);
 }
 
-SN_EXPORT void rdma_destroy_event_channel(struct rdma_event_channel *channel)
+static void rc_forget_id(struct rc_id *r)
 {
-    struct rc_channel *c = rc_chan(channel);
+    pthread_mutex_lock(&rc_dispatch_lock);
+    for (struct rc_id **pp = &rc_live_ids; *pp; pp = &(*pp)->live_next)
+        if (*pp == r) {
+            *pp = r->live_next;
+            break;
+        }
+    pthread_mutex_unlock(&rc_dispatch_lock);
+}
+
+static struct rc_id *rc_find_id(uint64_t serial)
+{
+    for (struct rc_id *r = rc_live_ids; r; r = r->live_next)
+        if (r->serial == serial)
+            return r;
+    return NULL;
+}
+
+/* Whether C is a channel not yet destroyed (call with rc_dispatch_lock held). */
+static int rc_channel_live(struct rc_channel *c)
+{
+    for (struct rc_channel *l = rc_live_channels; l; l = l->live_next)
+        if (l == c)
+            return 1;
+    return 0;
+}
+
+static void rc_free_channel(struct rc_channel *c)
+{
     while (c->head) {
         struct rc_event *e = c->head;
         c->head = e->next;
@@ -78,11 +105,59 @@ SN_EXPORT void rdma_destroy_event_channel(struct rdma_event_channel *channel)
     free(c);
 }
 
+SN_EXPORT struct rdma_event_channel *rdma_create_event_channel(void)
+{
+    struct rc_channel *c = calloc(1, sizeof(*c));
+    if (!c) {
+        errno = ENOMEM;
+        return NULL;
+    }
+    c->ch.fd = epoll_create1(EPOLL_CLOEXEC);
+    c->evfd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK | EFD_SEMAPHORE);
+    struct epoll_event ev = {.events = EPOLLIN, .data.u64 = 0};
+    if (c->ch.fd < 0 || c->evfd < 0 || epoll_ctl(c->ch.fd, EPOLL_CTL_ADD, c->evfd, &ev)) {
+        int e = errno;
+        if (c->ch.fd >= 0)
+            close(c->ch.fd);
+        if (c->evfd >= 0)
+            close(c->evfd);
+        free(c);
+        errno = e;
+        return NULL;
+    }
+    pthread_mutex_lock(&rc_dispatch_lock);
+    c->live_next = rc_live_channels;
+    rc_live_channels = c;
+    pthread_mutex_unlock(&rc_dispatch_lock);
+    return &c->ch;
+}
+
+SN_EXPORT void rdma_destroy_event_channel(struct rdma_event_channel *channel)
+{
+    struct rc_channel *c = rc_chan(channel);
+    pthread_mutex_lock(&rc_dispatch_lock);
+    for (struct rc_channel **pp = &rc_live_channels; *pp; pp = &(*pp)->live_next)
+        if (*pp == c) {
+            *pp = c->live_next;
+            break;
+        }
+    if (c->waiters) {
+        /* woken by the eventfd, the last waiter frees the channel (rc_abandon) */
+        c->dead = 1;
+        uint64_t one = 1;
+        (void)!write(c->evfd, &one, sizeof(one));
+        pthread_mutex_unlock(&rc_dispatch_lock);
+        return;
+    }
+    pthread_mutex_unlock(&rc_dispatch_lock);
+    rc_free_channel(c);
+}
+
 static void rc_watch(struct rc_id *r)
 {
     if (r->sock < 0 || r->in_epoll || !r->chan)
         return;
-    struct epoll_event ev = {.events = EPOLLIN, .data.ptr = r};
+    struct epoll_event ev = {.events = EPOLLIN, .data.u64 = r->serial};
     if (!epoll_ctl(r->chan->ch.fd, EPOLL_CTL_ADD, r->sock, &ev))
         r->in_epoll = 1;
 }
@@ -176,6 +251,7 @@ static struct rc_id *rc_alloc_id(struct rdma_event_channel *channel, void *conte
     uint32_t psn = 0;
     (void)!getrandom(&psn, sizeof(psn), 0);
     r->psn = psn & 0xffffff;
+    rc_register_id(r);
     return r;
 }
 
@@ -201,9 +277,14 @@ SN_EXPORT int rdma_create_id(struct rdma_event_channel *channel, struct rdma_cm_
 SN_EXPORT int rdma_destroy_id(struct rdma_cm_id *id)
 {
     struct rc_id *r = rc_of(id);
+    pthread_mutex_lock(&rc_dispatch_lock);
+    while (r->events_out)
+        pthread_cond_wait(&rc_acked, &rc_dispatch_lock);
+    rc_forget_id(r);
     rc_unwatch(r);
     if (r->sock >= 0)
         close(r->sock);
+    r->sock = -1;
     /* drop the id's events not yet delivered */
     struct rc_channel *c = r->chan;
     pthread_mutex_lock(&rc_lock);
@@ -222,6 +303,7 @@ SN_EXPORT int rdma_destroy_id(struct rdma_cm_id *id)
     }
     c->tail = last;
     pthread_mutex_unlock(&rc_lock);
+    pthread_mutex_unlock(&rc_dispatch_lock);
     if (r->req_event)
         free(r->req_event);
     free(r->ep_qp_attr);
@@ -667,6 +749,7 @@ static struct rc_event *rc_on_listen(struct rc_id *l)
         r->chan = rc_chan(rdma_create_event_channel());
         if (!r->chan) {
             close(fd);
+            rc_forget_id(r);
             free(r);
             return NULL;
         }
@@ -765,42 +848,83 @@ static struct rc_event *rc_pop_local(struct rc_channel *c)
     return e;
 }
 
-static int rc_next_event(struct rc_channel *c, int block, struct rc_event **out)
+/* The kernel's channel never wakes a thread it has been destroyed under: neither does ours. */
+static void rc_abandon(struct rc_channel *c)
 {
+    if (--c->waiters == 0)
+        rc_free_channel(c);
+    pthread_mutex_unlock(&rc_dispatch_lock);
+    for (;;)
+        pause();
+}
+
+/* The channel's next event.  COUNT: the event goes to the application, and the id it belongs to
+ * (the listener, for a CONNECT_REQUEST) is not destroyed until it is acked. */
+static int rc_next_event(struct rc_channel *c, int count, struct rc_event **out)
+{
+    pthread_mutex_lock(&rc_dispatch_lock);
+    if (!rc_channel_live(c)) {
+        pthread_mutex_unlock(&rc_dispatch_lock);
+        return rc_fail(EBADF);
+    }
+    int fl = fcntl(c->ch.fd, F_GETFL);
+    int block = !(fl >= 0 && (fl & O_NONBLOCK));
+    c->waiters++;
+    struct rc_event *e = NULL;
+    int err = 0;
     for (;;) {
-        struct rc_event *e = rc_pop_local(c);
-        if (e) {
-            *out = e;
-            return 0;
+        if (c->dead) {
+            if (block)
+                rc_abandon(c);
+            err = EBADF;
+            break;
         }
+        e = rc_pop_local(c);
+        if (e)
+            break;
+        pthread_mutex_unlock(&rc_dispatch_lock);
         struct epoll_event ev;
         int n = epoll_wait(c->ch.fd, &ev, 1, block ? -1 : 0);
-        if (n < 0) {
-            if (errno == EINTR)
-                continue;
-            return -1;
-        }
-        if (n == 0)
-            return rc_fail(EAGAIN);
-        struct rc_id *r = ev.data.ptr;
-        if (!r)
+        err = n < 0 ? errno : 0;
+        pthread_mutex_lock(&rc_dispatch_lock);
+        if (c->dead)
             continue;
-        e = r->state == RC_LISTEN ? rc_on_listen(r) : rc_on_message(r);
-        if (e) {
-            *out = e;
-            return 0;
+        if (n < 0 && err == EINTR)
+            continue;
+        if (n < 0)
+            break;
+        if (n == 0) {
+            err = EAGAIN;
+            break;
         }
+        struct rc_id *r = ev.data.u64 ? rc_find_id(ev.data.u64) : NULL;
+        if (!r)
+            continue;   /* the eventfd, or an id destroyed since its socket woke us */
+        e = r->state == RC_LISTEN ? rc_on_listen(r) : rc_on_message(r);
+        if (e)
+            break;
     }
+    if (e && count) {
+        e->counted = e->ev.event == RDMA_CM_EVENT_CONNECT_REQUEST && e->ev.listen_id
+                         ? rc_of(e->ev.listen_id) : rc_of(e->ev.id);
+        e->counted->events_out++;
+    }
+    int last = --c->waiters == 0 && c->dead;
+    pthread_mutex_unlock(&rc_dispatch_lock);
+    if (last)
+        rc_free_channel(c);
+    if (!e)
+        return rc_fail(err);
+    *out = e;
+    return 0;
 }
 
 SN_EXPORT int rdma_get_cm_event(struct rdma_event_channel *channel, struct rdma_cm_event **event)
 {
     if (!channel || !event)
         return rc_fail(EINVAL);
-    struct rc_channel *c = rc_chan(channel);
-    int fl = fcntl(c->ch.fd, F_GETFL);
     struct rc_event *e;
-    if (rc_next_event(c, !(fl >= 0 && (fl & O_NONBLOCK)), &e))
+    if (rc_next_event(rc_chan(channel), 1, &e))
         return -1;
     *event = &e->ev;
     return 0;
@@ -810,7 +934,14 @@ SN_EXPORT int rdma_ack_cm_event(struct rdma_cm_event *event)
 {
     if (!event)
         return rc_fail(EINVAL);
-    free(event);    /* the event is the first member of its rc_event */
+    struct rc_event *e = (struct rc_event *)event;  /* the event is its rc_event's first member */
+    if (e->counted) {
+        pthread_mutex_lock(&rc_dispatch_lock);
+        e->counted->events_out--;
+        pthread_cond_broadcast(&rc_acked);
+        pthread_mutex_unlock(&rc_dispatch_lock);
+    }
+    free(e);
     return 0;
 }
 
@@ -818,7 +949,7 @@ SN_EXPORT int rdma_ack_cm_event(struct rdma_cm_event *event)
 int rc_sync_wait(struct rc_id *r, enum rdma_cm_event_type want)
 {
     struct rc_event *e;
-    if (rc_next_event(r->chan, 1, &e))
+    if (rc_next_event(r->chan, 0, &e))
         return -1;
     int ok = e->ev.event == want;
     int status = e->ev.status;

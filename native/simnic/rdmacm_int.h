@@ -58,6 +58,7 @@ struct rc_msg {
 struct rc_event {
     struct rdma_cm_event ev;
     struct rc_event *next;
+    struct rc_id *counted;              /* the id whose rdma_destroy_id waits for this event's ack */
     uint8_t pdata[RC_PDATA_MAX];
 };
 
@@ -65,6 +66,9 @@ struct rc_channel {
     struct rdma_event_channel ch;       /* ch.fd: the epoll descriptor */
     int evfd;                           /* counts queued local events (EFD_SEMAPHORE) */
     struct rc_event *head, *tail;
+    int waiters;                        /* threads inside rdma_get_cm_event on the channel */
+    int dead;                           /* destroyed while a thread waited: the last one frees it */
+    struct rc_channel *live_next;       /* the list of channels not yet destroyed */
 };
 
 struct rc_id {
@@ -81,6 +85,9 @@ struct rc_id {
     struct rc_event *req_event;         /* rdma_get_request's event, acked on accept/reject */
     struct ibv_pd *ep_pd;               /* a passive rdma_create_ep's QP for each request */
     struct ibv_qp_init_attr *ep_qp_attr;
+    uint64_t serial;                    /* names the id in its channel's epoll (never reused) */
+    struct rc_id *live_next;            /* the list of ids not yet destroyed */
+    unsigned events_out;                /* events handed out by rdma_get_cm_event, not yet acked */
 };
 
 extern pthread_mutex_t rc_lock;

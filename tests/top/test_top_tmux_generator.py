@@ -142,10 +142,11 @@ def test_stages_are_shown_as_they_are_reached(tmux, generator, tmp_path):
     seen = []
     end = time.monotonic() + 90
     while time.monotonic() < end:
-        cov = row(tmux.lines(), "coverage") or ""
+        screen = tmux.screen()  # one capture: the count and the screen it is checked against
+        cov = row(screen.splitlines(), "coverage") or ""
         reached = cov.count("✓")
-        seen.append((reached, tmux.screen()))
-        if reached == 5 and _rate_of(tmux.lines(), "0x200"):
+        seen.append((reached, screen))
+        if reached == 5 and _rate_of(screen.splitlines(), "0x200"):
             break
         time.sleep(0.2)
     counts = [c for c, _ in seen]
