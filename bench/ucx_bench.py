@@ -137,17 +137,22 @@ def calls_recorded(tdir: Path) -> int:
     return n
 
 
-def percall_bench(iters: int, repeat: int, clock: str, ring: int, tmp: Path) -> dict:
+def percall_bench(iters: int, repeat: int, clock: str, ring: int, tmp: Path, before: Path | None = None) -> dict:
     bins = build(tmp)
     loop = [str(bins["loop"]), str(iters), str(iters // 10)]
     variants = [
         ("uninstrumented", lambda i: (loop, None, None)),
         ("LD_PRELOAD shim, no I/O", lambda i: (loop, {**os.environ, "LD_PRELOAD": str(bins["shim"])}, None)),
     ]
-    for mode in MODES:
-        variants.append((f"sigmatrace {mode}", lambda i, m=mode: (
-            [*sigmatrace(), "spawn", "-q", "-p", "ucx", "-m", m, "--ring-records", str(ring), "-o", str(tmp / f"tr-{m}-{i}"), "--", *loop], None,
-            tmp / f"tr-{m}-{i}")))
+    trees = [("", sigmatrace(), None)]
+    if before is not None:
+        trees.append((" before", [sys.executable, "-m", "sigmatrace.cli.main"], {**os.environ, "PYTHONPATH": str(before)}))
+    for suffix, st, env in trees:
+        for mode in MODES:
+            tag = f"{mode}{suffix.strip()}"
+            variants.append((f"sigmatrace {mode}{suffix}", lambda i, m=mode, st=st, env=env, tag=tag: (
+                [*st, "spawn", "-q", "-p", "ucx", "-m", m, "--ring-records", str(ring), "-o", str(tmp / f"tr-{tag}-{i}"),
+                 "--", *loop], env, tmp / f"tr-{tag}-{i}")))
     runs = {name: [] for name, _ in variants}
     recorded = {}
     for i in range(repeat):          # variants alternate within each round
@@ -155,7 +160,7 @@ def percall_bench(iters: int, repeat: int, clock: str, ring: int, tmp: Path) -> 
             cmd, env, tdir = make(i)
             runs[name].append(run_loop(cmd, env, clock))
             if tdir is not None:
-                if name != "sigmatrace aggregate":
+                if not name.startswith("sigmatrace aggregate"):
                     recorded[name] = calls_recorded(tdir)
                 shutil.rmtree(tdir, ignore_errors=True)
     base = statistics.median(runs["uninstrumented"])
@@ -195,7 +200,7 @@ def main() -> int:
         result = {}
         if not args.no_percall:
             result["percall"] = percall_bench(args.iters, args.repeat, "cpu_ns_per_call" if args.cpu_time else "ns_per_call",
-                                              args.ring_records, tmp)
+                                              args.ring_records, tmp, args.before.resolve() if args.before else None)
         if not args.no_perftest:
             result["perftest"] = perftest_bench(args.rounds, args.perftest_iters, tmp,
                                                 args.before.resolve() if args.before else None)

@@ -20,7 +20,7 @@ struct ent {
 };
 
 static struct ent g_tab[CPU_SQ_MAX];
-static uint32_t g_n;                 /* entries published (release) */
+uint32_t cpu_sq_published;           /* entries published (release); cpu_sq.h */
 static uint16_t g_hint[HINTS];       /* qpn % HINTS -> newest index + 1 */
 static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
 
@@ -32,7 +32,7 @@ static int matches(const struct ent *e, uint32_t qpn)
 /* The live entry of `qpn`: the hinted one, else the newest that matches; NULL if none. */
 static const struct ent *lookup(uint32_t qpn)
 {
-    uint32_t n = __atomic_load_n(&g_n, __ATOMIC_ACQUIRE);
+    uint32_t n = __atomic_load_n(&cpu_sq_published, __ATOMIC_ACQUIRE);
     uint32_t h = __atomic_load_n(&g_hint[qpn % HINTS], __ATOMIC_RELAXED);
     if (h && h <= n && matches(&g_tab[h - 1], qpn))
         return &g_tab[h - 1];
@@ -75,7 +75,7 @@ int cpu_sq_ring_now(uint32_t qpn)
 void cpu_sq_bind_page(uint32_t qpn, uint64_t sq_addr, struct db_page *pg)
 {
     pthread_mutex_lock(&g_lock);
-    for (uint32_t i = g_n; i-- > 0;)
+    for (uint32_t i = cpu_sq_published; i-- > 0;)
         if (g_tab[i].alive && g_tab[i].info.qpn == qpn && g_tab[i].info.sq_addr == sq_addr) {
             __atomic_store_n(&g_tab[i].page, pg, __ATOMIC_RELEASE);
             break;
@@ -85,7 +85,7 @@ void cpu_sq_bind_page(uint32_t qpn, uint64_t sq_addr, struct db_page *pg)
 
 int cpu_sq_snapshot(struct cpu_sq_view *out, int max)
 {
-    uint32_t n = __atomic_load_n(&g_n, __ATOMIC_ACQUIRE);
+    uint32_t n = __atomic_load_n(&cpu_sq_published, __ATOMIC_ACQUIRE);
     int k = 0;
     for (uint32_t i = 0; i < n && k < max; i++) {
         const struct ent *e = &g_tab[i];
@@ -104,7 +104,7 @@ int cpu_sq_add(const struct cpu_sq_info *in)
     int idx = -1;
     pthread_mutex_lock(&g_lock);
     /* the same queue told again (mlx5dv_init_obj may be called more than once): refresh it */
-    for (uint32_t i = g_n; i-- > 0;) {
+    for (uint32_t i = cpu_sq_published; i-- > 0;) {
         struct ent *e = &g_tab[i];
         if (e->alive && e->info.qpn == in->qpn && e->info.sq_addr == in->sq_addr) {
             if (in->bf_reg) {
@@ -115,15 +115,15 @@ int cpu_sq_add(const struct cpu_sq_info *in)
             break;
         }
     }
-    if (idx < 0 && g_n < CPU_SQ_MAX) {
+    if (idx < 0 && cpu_sq_published < CPU_SQ_MAX) {
         /* an older entry of the same qpn (destroyed, number reused) stops matching first */
-        for (uint32_t i = g_n; i-- > 0;)
+        for (uint32_t i = cpu_sq_published; i-- > 0;)
             if (g_tab[i].info.qpn == in->qpn)
                 __atomic_store_n(&g_tab[i].alive, 0, __ATOMIC_RELEASE);
-        idx = (int)g_n;
+        idx = (int)cpu_sq_published;
         g_tab[idx].info = *in;
         __atomic_store_n(&g_tab[idx].alive, 1, __ATOMIC_RELEASE);
-        __atomic_store_n(&g_n, g_n + 1, __ATOMIC_RELEASE);
+        __atomic_store_n(&cpu_sq_published, cpu_sq_published + 1, __ATOMIC_RELEASE);
         __atomic_store_n(&g_hint[in->qpn % HINTS], (uint16_t)(idx + 1), __ATOMIC_RELEASE);
     }
     pthread_mutex_unlock(&g_lock);
@@ -151,7 +151,7 @@ void cpu_sq_forget(uint32_t qpn)
         known = 1;
         pi = read_pi(e);
     }
-    for (uint32_t i = g_n; i-- > 0;)
+    for (uint32_t i = cpu_sq_published; i-- > 0;)
         if (g_tab[i].info.qpn == qpn)
             __atomic_store_n(&g_tab[i].alive, 0, __ATOMIC_RELEASE);
     pthread_mutex_unlock(&g_lock);

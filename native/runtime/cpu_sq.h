@@ -29,4 +29,8 @@ int cpu_sq_ring_now(uint32_t qpn);
 /* Up to `max` known queues with their producer indexes now; returns how many were written. */
 int cpu_sq_snapshot(struct cpu_sq_view *out, int max);
 
+/* How many queues were ever entered in the table (it never decreases): while it is 0 the
+ * program has no CPU-written queue, and a hot path can skip asking about one. */
+extern uint32_t cpu_sq_published;
+
 #endif

@@ -30,6 +30,7 @@
 #pragma weak cpu_sq_pi
 #pragma weak cpu_sq_snapshot
 #pragma weak cpu_sq_ring_now
+#pragma weak cpu_sq_published
 
 /* Where the wrappers read send queues: cpu_sq.h's readers, unless st_ucx_queue_source replaced
  * them (a test harness's fake queues). */
@@ -224,6 +225,16 @@ static ST_COLD uint32_t uct_learn_end(struct uct_call *u, uint16_t *pi0, uint16_
     return found;
 }
 
+/* Whether there may be a queue to learn or read: always from a replaced source; from cpu_sq.h's
+ * once the program has made one (a UCT call in a process without any then costs one load). */
+static UCX_INLINE int sq_any(void)
+{
+    if (sq_snapshot != cpu_sq_snapshot)
+        return 1;
+    return &cpu_sq_published != NULL && __atomic_load_n(&cpu_sq_published, __ATOMIC_RELAXED) != 0;
+}
+
+/* (Called while recording: its wrapper checked.) */
 static UCX_INLINE void uct_begin(struct uct_call *u, int kind, uint8_t fn, void *ep, uint64_t len, uint64_t rkey,
                                  uint64_t raddr)
 {
@@ -233,7 +244,7 @@ static UCX_INLINE void uct_begin(struct uct_call *u, int kind, uint8_t fn, void 
     u->nsnap = 0;
     /* in aggregate mode too: no WQE range is recorded, but the QP lets uct_end forward the
      * doorbell the call rang */
-    if (kind != TP_VERBS && sq_pi && st_recording()) {
+    if (kind != TP_VERBS && sq_pi && sq_any()) {
         uint16_t pi;
         if (kind == TP_MLX5 && (u->qpn = ep_qpn(ep)) != 0 && sq_pi(u->qpn, &pi) == 0)
             u->pi0 = pi;

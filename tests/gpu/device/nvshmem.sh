@@ -8,7 +8,8 @@
 # Environment: N (measured iterations, default 5000), WARMUP (default 1000), TRANSPORTS (default
 # "ibrc ibgda-gpu ibgda-cpu"), ROUNDS (benchmark rounds, default 5), WHL (wheels folder), PE_TIMEOUT
 # (seconds a run of the PEs may take, default 380), MODES (doorbell modes traced, default "forward wqe"),
-# ARCHIVE_ONLY (leave only results.tgz under $OUT).
+# ARCHIVE_ONLY (leave only results.tgz under $OUT), BENCH_MODES (the benchmark's modes, default
+# "untraced forward wqe"; a variant: wqe@wqe_copy_chunk=8), BENCH_OPS (its operations, default all).
 set -uo pipefail
 what=" ${*:-all} "
 has() { [[ "$what" == *" $1 "* || "$what" == *" all "* ]]; }
@@ -82,7 +83,8 @@ fi
 if has bench; then
   echo "== benchmark"
   timeout 580 python3 bench/nvshmem_bench.py --prog $prog --rounds "$ROUNDS" --transports "$TRANSPORTS" \
-    -n "$N" --warmup "$WARMUP" ${BENCH_ARGS:-} --json "$OUT/bench.json" 2>&1 | tee "$OUT/bench.log"
+    -n "$N" --warmup "$WARMUP" --modes "${BENCH_MODES:-untraced forward wqe}" ${BENCH_OPS:+--ops "$BENCH_OPS"} \
+    --json "$OUT/bench.json" 2>&1 | tee "$OUT/bench.log"
 fi
 # every summary, log and comparison in one file (the traces stay on the machine); ARCHIVE_ONLY=1
 # leaves only that file under $OUT (a device run returns a few files only)
