@@ -37,9 +37,10 @@ def test_fi_info_lists_msg_rdm_and_dgram(nic_env):
 
 
 @pytest.mark.parametrize("ep_type", ["msg", pytest.param("rdm", marks=pytest.mark.xfail(
-    strict=False, reason="known race, not root-caused (docs/simnic.md, Known races), 1 run in 3 to "
-    "10 under load: after all 50 exchanges verified, libfabric's verbs provider reports a send the "
-    "engine completed as 'Work Request Flushed Error' when it closes the connection")), "dgram"])
+    strict=False, reason="known race (docs/simnic.md, Known races), 1 run in 3 to 10 under load: "
+    "after all 50 exchanges verified, the side that finishes second sees its peer's close before "
+    "it has read its last completion, and rxm cancels that send ('Work Request Flushed Error')")),
+    "dgram"])
 def test_fi_pingpong(ep_type, nic_env):
     srv, cli = _pingpong(nic_env, ep_type, 4096, 50)
     for res in (srv, cli):
