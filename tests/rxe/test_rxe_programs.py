@@ -291,6 +291,52 @@ def test_ucx_perftest_rc_verbs(guest):
     assert qps[0]["remote_qpn"] == qps[1]["qpn"] and qps[1]["remote_qpn"] == qps[0]["qpn"]
 
 
+def test_ucx_perftest_ud_verbs(guest):
+    """UCX's ud_verbs transport (ucx_perftest -t am_lat, UCX_UD_VERBS_ETH_DGID_CHECK=n: docs/rxe.md)
+    through the real libibverbs: one UD QP each, every SEND naming the peer's QP.  An active
+    message is a two-SGE SEND of UD's 8-byte header and the 64-byte message; UD's own
+    acknowledgements are one-SGE SENDs of the header alone.  Sends are unsignaled but for at
+    least one in every 65 (UCX's moderation) and its control packets that ask a completion.
+    Receives: 4096 posted at the start and 16 more for every 16 that arrived, each buffer with
+    room for the GRH.  How many messages, acknowledgements and signaled sends UCX makes beyond the
+    timed iterations varies from run to run, so the two traces are checked against each other:
+    both sent as many messages, each received exactly what the other sent."""
+    size, hdr, batch, rx_len, rx_buf = gp.UCX["size"], 8, 16, 4096, 1112
+    res = guest["ucx_ud_verbs"]
+    reps = [check_traced(res["server"], r"^Accepted connection from "),
+            check_traced(res["client"], rf"^Final:\s+{gp.UCX['iters']}\s")]
+    qps = [[q for q in rep["qps"] if q["ops"]] for rep in reps]  # UCX makes others it never posts to
+    assert [len(q) for q in qps] == [1, 1]
+    qpns = [q[0]["qpn"] for q in qps]
+    sent = []
+    for rep, [qp] in zip(reps, qps):
+        msgs, acks = (count(rep, "SEND_WR", qpn=qp["qpn"], op=WR_SEND, len=n) for n in (hdr + size, hdr))
+        sent.append((msgs, acks))
+    for rep, [qp], peer, (msgs, acks), (peer_msgs, peer_acks) in zip(reps, qps, reversed(qpns), sent,
+                                                                       reversed(sent)):
+        q = qp["qpn"]
+        assert msgs > gp.UCX["iters"] and qp["type"] == "UD" and qp["state"] == "RTS" and qp["destroyed"]
+        assert rep["ops"] == {"SEND": msgs + acks} == qp["ops_by_opcode"]
+        assert rep["calls"]["ibv_post_send"] == msgs + acks and rep["bytes"] == msgs * (hdr + size) + acks * hdr
+        received = peer_msgs + peer_acks
+        posted = rx_len + batch * (received // batch)
+        assert rep["calls"]["ibv_post_recv"] == posted // batch
+        assert rep["recv_wrs"] == posted and rep["recv_bytes"] == posted * rx_buf
+        signaled = {n: count(rep, "COMPLETION", qpn=q, op=WC_SEND, len=n) for n in (hdr + size, hdr)}
+        assert signaled[hdr + size] <= msgs and signaled[hdr] <= acks
+        assert sum(signaled.values()) >= (msgs + acks) // 65
+        expect = {f"SEND_WR {q} {WR_SEND} 2 {hdr + size} {peer}": msgs,
+                  f"SEND_WR {q} {WR_SEND} 1 {hdr} {peer}": acks,
+                  f"RECV_WR {q} 0 1 {rx_buf} 0": posted,
+                  f"COMPLETION {q} {WC_RECV} 0 {GRH + hdr + size} {peer}": peer_msgs,
+                  f"COMPLETION {q} {WC_RECV} 0 {GRH + hdr} {peer}": peer_acks}
+        expect |= {f"COMPLETION {q} {WC_SEND} 0 {n} 0": c for n, c in signaled.items() if c}
+        assert rep["record_counts"] == {k: n for k, n in expect.items() if n}
+        assert rep["completions"] == received + sum(signaled.values())
+    # a ping-pong: both sent as many messages
+    assert sent[0][0] == sent[1][0]
+
+
 def fi_pingpong_sides(guest, name: str) -> list[dict]:
     """fi_pingpong's two traces, server first, after each side's own checks (exit 0, its result
     row) and the real libfabric seen loaded."""
