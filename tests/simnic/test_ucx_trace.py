@@ -68,10 +68,16 @@ def traced_pair(fabric, args, env, out, mode, timeout=240):
     return cli
 
 
-def iterations(out: str) -> int:
+def result_row(out: str) -> list[str]:
+    """ucx_perftest's last result row: iterations, then the latency's median, average and
+    overall (usec), then bandwidth and message rate."""
     rows = [line.split() for line in out.splitlines() if re.match(r"^\s*(Final:)?\s+\d+\s+[\d.]+", line)]
     assert rows, out
-    return int(float(rows[-1][1] if rows[-1][0] == "Final:" else rows[-1][0]))
+    return rows[-1][1:] if rows[-1][0] == "Final:" else rows[-1]
+
+
+def iterations(out: str) -> int:
+    return int(float(result_row(out)[0]))
 
 
 class Trace:
@@ -344,17 +350,8 @@ def untraced_iterations_for(fabric, env, seconds: float) -> int:
                         simnic_run(fabric, "ucx_perftest", "-p", str(port), *args, "127.0.0.1"), env, 240,
                         ready=lambda: tcp_listening(port), retry_on="Connection refused")
     assert cli.rc == 0 and srv.rc == 0, cli.out + cli.err + srv.out + srv.err
-    per_iteration = 2 * median_latency_us(cli.out) * 1e-6
+    per_iteration = 2 * float(result_row(cli.out)[1]) * 1e-6   # the median latency, usec
     return max(4000, min(200_000, int(seconds / per_iteration)))
-
-
-def median_latency_us(out: str) -> float:
-    """The median latency (usec) of ucx_perftest's final row: iterations, then the latency's
-    median, average and overall."""
-    rows = [line.split() for line in out.splitlines() if re.match(r"^\s*(Final:)?\s+\d+\s+[\d.]+", line)]
-    assert rows, out
-    cols = rows[-1][1:] if rows[-1][0] == "Final:" else rows[-1]
-    return float(cols[1])
 
 
 def test_attach_and_detach_leave_ucx_perftest_passing(fabric, tmp_path):
