@@ -48,15 +48,50 @@ def pe_env(rank: int, npes: int, transport: str, base: dict[str, str]) -> dict[s
     return env
 
 
+def one_cpu_per_core(cpus: list[int], sysfs: Path = Path("/sys/devices/system/cpu")) -> list[int]:
+    """The first CPU of each physical core among `cpus` (hyperthread siblings left out)."""
+    seen, out = set(), []
+    for c in cpus:
+        try:
+            core = (sysfs / f"cpu{c}/topology/thread_siblings_list").read_text().strip()
+        except OSError:
+            core = str(c)
+        if core not in seen:
+            seen.add(core)
+            out.append(c)
+    return out
+
+
+def pe_placement(npes: int) -> list[dict[str, list[int]]] | None:
+    """CPUs of each PE's program (its main thread and NVSHMEM's proxy thread), of its emulated NIC
+    engine and of its repeater, on cores of their own; None where the machine has too few cores
+    (the scheduler places them).  Latency on the emulated NIC moves by 10-20 % between runs when
+    these spinning threads share cores differently from run to run; pinned, runs compare."""
+    cores = one_cpu_per_core(sorted(os.sched_getaffinity(0)))[1:]     # the first stays with the system
+    if len(cores) < 4 * npes:
+        return None
+    return [{"app": cores[4 * r:4 * r + 2], "engine": [cores[4 * r + 2]], "repeater": [cores[4 * r + 3]]}
+            for r in range(npes)]
+
+
 def pe_argv(rank: int, program: list[str], work: Path, trace: str | None, traces: Path | None,
-            sigmatrace: list[str], transport: str = "p2p") -> list[str]:
+            sigmatrace: list[str], transport: str = "p2p", repeater_cpus: list[int] | None = None) -> list[str]:
     argv = [*program, *TRANSPORT_ARGS.get(transport, []), "--uid-file", str(work / "uid"),
             "--json", str(work / f"pe-{rank}.json")]
     if trace:
         # The per-PE form: {rank} expands from RANK in the PE's environment.
-        argv = [*sigmatrace, "spawn", "--quiet", "--doorbells", trace, "--out", str(traces / "pe-{rank}"),
+        pin = ["--repeater-cpus", ",".join(map(str, repeater_cpus))] if repeater_cpus else []
+        argv = [*sigmatrace, "spawn", "--quiet", "--doorbells", trace, *pin, "--out", str(traces / "pe-{rank}"),
                 "--", *argv]
     return argv
+
+
+def start_pe(rank: int, argv: list[str], env: dict[str, str], place: dict[str, list[int]] | None) -> subprocess.Popen:
+    if place:
+        env = dict(env, SIMNIC_ENGINE_CPUS=",".join(map(str, place["engine"])))
+    app = set(place["app"]) if place else None
+    return subprocess.Popen(argv, env=env, close_fds=False,
+                            preexec_fn=(lambda: os.sched_setaffinity(0, app)) if app else None)
 
 
 def wait_all(procs: list[subprocess.Popen], deadline: float, grace: float = 10.0) -> list[int]:
@@ -83,6 +118,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--trace", choices=("forward", "wqe"), default=None)
     ap.add_argument("--traces", type=Path, default=None, help="trace folders go to TRACES/pe-{rank}")
     ap.add_argument("--timeout", type=float, default=300.0)
+    ap.add_argument("--pin", choices=("auto", "none"), default="auto",
+                    help="auto: each PE's program, NIC engine and repeater on cores of their own where the "
+                         "machine has 4 per PE besides the first (the benchmark's runs then compare)")
     ap.add_argument("program", nargs=argparse.REMAINDER)
     a = ap.parse_args(argv)
     program = a.program[1:] if a.program[:1] == ["--"] else a.program
@@ -94,15 +132,19 @@ def main(argv: list[str] | None = None) -> int:
             old.unlink()
     sigmatrace = [sys.executable, "-m", "sigmatrace.cli.main"]
     t0 = time.monotonic()
-    procs = [subprocess.Popen(pe_argv(r, program, a.work, a.trace, a.traces, sigmatrace, a.transport),
-                              env=pe_env(r, a.np, a.transport, os.environ), close_fds=False)
-             for r in range(a.np)]
+    places = pe_placement(a.np) if a.pin == "auto" else None
+    procs = []
+    for r in range(a.np):
+        place = places[r] if places else None
+        argv = pe_argv(r, program, a.work, a.trace, a.traces, sigmatrace, a.transport,
+                       place["repeater"] if place else None)
+        procs.append(start_pe(r, argv, pe_env(r, a.np, a.transport, os.environ), place))
     rcs = wait_all(procs, t0 + a.timeout)
     pes = []
     for r in range(a.np):
         path = a.work / f"pe-{r}.json"
         pes.append(json.loads(path.read_text()) if path.exists() else None)
-    print(json.dumps({"transport": a.transport, "trace": a.trace, "rc": rcs, "pes": pes,
+    print(json.dumps({"transport": a.transport, "trace": a.trace, "rc": rcs, "pes": pes, "placement": places,
                       "wall_s": round(time.monotonic() - t0, 3)}))
     return 0 if all(rc == 0 for rc in rcs) and all(pes) else 1
 

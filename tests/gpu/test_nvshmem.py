@@ -191,6 +191,29 @@ def test_traced_pes_run_under_spawn_with_a_trace_folder_per_rank(tmp_path):
                     "--json", str(tmp_path / "pe-1.json")]
 
 
+def test_traced_pes_pinned_get_their_repeater_cpus_on_the_spawn_line(tmp_path):
+    argv = run_pes.pe_argv(0, ["./nvshmem_ops"], tmp_path, "wqe", tmp_path / "t", ["st"], "ibgda-gpu", [7])
+    assert argv[:8] == ["st", "spawn", "--quiet", "--doorbells", "wqe", "--repeater-cpus", "7", "--out"]
+
+
+def test_siblings_of_one_core_count_once(tmp_path):
+    for cpu, core in enumerate(["0,4", "1,5", "2,6", "3,7", "0,4", "1,5", "2,6", "3,7"]):
+        (tmp_path / f"cpu{cpu}/topology").mkdir(parents=True)
+        (tmp_path / f"cpu{cpu}/topology/thread_siblings_list").write_text(core + "\n")
+    assert run_pes.one_cpu_per_core(list(range(8)), tmp_path) == [0, 1, 2, 3]
+    assert run_pes.one_cpu_per_core([5, 6, 1], tmp_path) == [5, 6]
+
+
+def test_each_pe_gets_four_cores_of_its_own_where_the_machine_has_them(monkeypatch):
+    monkeypatch.setattr(run_pes, "one_cpu_per_core", lambda cpus: cpus)
+    monkeypatch.setattr(run_pes.os, "sched_getaffinity", lambda pid: set(range(16)))
+    assert run_pes.pe_placement(2) == [{"app": [1, 2], "engine": [3], "repeater": [4]},
+                                       {"app": [5, 6], "engine": [7], "repeater": [8]}]
+    assert run_pes.pe_placement(4) is None                 # 15 cores besides the first, 16 needed
+    monkeypatch.setattr(run_pes.os, "sched_getaffinity", lambda pid: {0, 1})
+    assert run_pes.pe_placement(2) is None
+
+
 def test_bench_takes_medians_over_rounds_and_overheads_against_untraced():
     def pe0(p50, p99):
         return {"ops": {"get": {"p50_ns": p50, "p99_ns": p99}}}

@@ -88,7 +88,8 @@ if has bench; then
 fi
 # every summary, log and comparison in one file (the traces stay on the machine); ARCHIVE_ONLY=1
 # leaves only that file under $OUT (a device run returns a few files only)
-(cd "$OUT" && tar czf results.tgz --exclude='traces-*' --exclude=results.tgz .)
+# (written beside $OUT, then moved in: tar reading the folder it writes into warns that it changed)
+(cd "$OUT" && tar czf "$OUT.results.tgz" --exclude='traces-*' --exclude=results.tgz . && mv "$OUT.results.tgz" results.tgz)
 if [ -n "${ARCHIVE_ONLY:-}" ]; then
   find "$OUT" -mindepth 1 -maxdepth 1 ! -name results.tgz -exec rm -rf {} +
 fi
