@@ -36,11 +36,15 @@ struct db_rthread {
     volatile uint32_t n_pages;
     volatile uint32_t flush_req, flush_ack;
     volatile int muted;    /* flushed for the session's end: records nothing more in it */
-    volatile int served;   /* a program thread took stores of its pages since it last looked */
     int cpu;
     int state;
     uint64_t started;      /* ns */
+    uint64_t spins_unpublished; /* passes not yet added to the live block's `spins` */
     struct db_backoff bo;
+    /* a program thread took stores of its pages since it last looked: on a line of its own, since
+     * the program threads write it on every store they take, and they read the flush words above
+     * on every take too */
+    volatile int served __attribute__((aligned(64)));
 };
 
 static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -670,6 +674,14 @@ static void page_quiet(struct db_rthread *T, struct db_page *pg)
         pg->records_due = forward_hidden_doorbells(T, pg, 0) > 0;
 }
 
+/* Stores were taken that the thread's next quiet pass must parse.  Written only when it changes:
+ * the flag's line then stays where it is between the takes of a steady producer. */
+static void mark_served(struct db_rthread *T)
+{
+    if (!__atomic_load_n(&T->served, __ATOMIC_RELAXED))
+        __atomic_store_n(&T->served, 1, __ATOMIC_RELEASE);
+}
+
 struct cpu_store {
     uint32_t line;
     uint64_t raw;
@@ -683,8 +695,11 @@ struct cpu_store {
 static int take_cpu_lines(struct db_rthread *T, struct db_page *pg)
 {
     struct cpu_store st[DB_PAGE_MAX_LINES];
-    /* before reading the lines: a caller that said it missed the page stored before saying so */
-    __atomic_store_n(&pg->caller_missed, 0, __ATOMIC_SEQ_CST);
+    /* before reading the lines: a caller that said it missed the page stored before saying so.
+     * Cleared only when set (a locked store on every take cost the program thread taking its
+     * own); a flag set after this load is seen by the holder before it sleeps (back_off) */
+    if (__atomic_load_n(&pg->caller_missed, __ATOMIC_ACQUIRE))
+        __atomic_store_n(&pg->caller_missed, 0, __ATOMIC_SEQ_CST);
     uint32_t n = __atomic_load_n(&pg->n_lines, __ATOMIC_ACQUIRE), k = 0;
     for (uint32_t i = 0; i < n; i++) {
         uint64_t raw = __atomic_load_n((volatile uint64_t *)(pg->cpu_fake + pg->line_off[i]), __ATOMIC_ACQUIRE);
@@ -723,17 +738,29 @@ static int take_cpu_lines(struct db_rthread *T, struct db_page *pg)
     return 1;
 }
 
+#define CALLER_WAIT_SPINS 256u /* pauses, some microseconds */
+
 int db_cpu_page_service(struct db_page *pg)
 {
     struct db_rthread *T = pg->thread;
     if (!pg->cpu || !T || !T->p.caller_forward || pg->stopped)
         return 0;
-    /* said before trying: if the page is held, its holder either reads this thread's store (a
-     * take clears the flag before reading the lines) or sees the flag once it let go, and then
-     * polls again before it sleeps (back_off), so the store never waits out a sleep */
-    __atomic_store_n(&pg->caller_missed, 1, __ATOMIC_SEQ_CST);
-    if (!page_try(pg))
-        return 0;
+    /* Found held, the thread says so, then tries once more: the holder either reads this thread's
+     * store (a take clears the flag before reading the lines) or sees the flag once it let go, and
+     * then polls again before it sleeps (back_off); a holder that let go before the flag was set
+     * leaves the page to the second try.  So the store never waits out a sleep. */
+    if (!page_try(pg)) {
+        /* held by the repeater (parsing, or looking at the lines): a moment's wait, so that the
+         * thread takes its own store rather than leave it, which would set the repeater spinning
+         * on the lines this thread writes */
+        for (unsigned k = 0; k < CALLER_WAIT_SPINS && __atomic_load_n(&pg->busy, __ATOMIC_RELAXED); k++)
+            cpu_relax();
+        if (!page_try(pg)) {
+            __atomic_store_n(&pg->caller_missed, 1, __ATOMIC_SEQ_CST);
+            if (!page_try(pg))
+                return 0;
+        }
+    }
     int took = 0;
     /* not while the session ends: the repeater's flush accounts every store before its own end,
      * and a store this thread took after that would have its WQEs announced but never parsed */
@@ -743,8 +770,11 @@ int db_cpu_page_service(struct db_page *pg)
         took = take_cpu_lines(T, pg);
         pg->live->forwarded_by_caller += pg->live->forwarded - before;
         if (took) {
-            pg->caller_took_last = 1;
-            __atomic_store_n(&T->served, 1, __ATOMIC_RELEASE); /* its quiet pass parses them */
+            if (!pg->caller_took_last) /* written when it changes: the repeater reads them */
+                pg->caller_took_last = 1;
+            if (!pg->callers_seen)
+                pg->callers_seen = 1;
+            mark_served(T); /* its quiet pass parses them */
         }
     }
     page_leave(pg);
@@ -783,9 +813,18 @@ static void add_counter(struct db_rthread *T, size_t field, uint64_t n)
         *(uint64_t *)((char *)T->pages[i]->live + field) += n;
 }
 
+static void publish_spins(struct db_rthread *T)
+{
+    if (T->spins_unpublished) {
+        add_counter(T, offsetof(struct st_live_repeater, spins), T->spins_unpublished);
+        T->spins_unpublished = 0;
+    }
+}
+
 /* What this thread has cost so far (the back-off trade-off, docs/doorbells.md). */
 static void report_stats(struct db_rthread *T)
 {
+    publish_spins(T);
     struct timespec cpu;
     clock_gettime(CLOCK_THREAD_CPUTIME_ID, &cpu);
     uint64_t spins = 0, backoffs = 0, sleeps = 0, doorbells = 0, armed_used = 0, copied_after = 0, from_records = 0;
@@ -830,7 +869,7 @@ static int take_doorbell(struct db_rthread *T, struct db_page *pg)
         pg->caller_took_last = 0;
         if (!callers)
             return 1;
-        __atomic_store_n(&T->served, 1, __ATOMIC_RELEASE); /* parsed by the next quiet pass */
+        mark_served(T); /* parsed by the next quiet pass */
         return 0;
     }
     uint64_t v = __atomic_load_n(&pg->watch[0], __ATOMIC_RELAXED);
@@ -886,6 +925,58 @@ static void expire_armed(struct db_rthread *T, uint32_t n, uint64_t now)
     }
 }
 
+/* Whether the page holds a queue in GPU memory, whose copies the adaptive order times by how long
+ * the page was quiet. */
+static int page_has_gpu_queue(struct db_page *pg)
+{
+    uint32_t n = __atomic_load_n(&pg->n_qps, __ATOMIC_ACQUIRE);
+    for (uint32_t i = 0; i < n; i++)
+        if (pg->qps[i] && pg->qps[i]->sq_mem == DB_MEM_GPU)
+            return 1;
+    return 0;
+}
+
+/* How long a store stays for the program thread that made it, on a page whose stores its callers
+ * take (db_cpu_page_service): a caller takes its own within a few hundred nanoseconds of it. */
+#define CALLER_GRACE_NS 5000u
+
+/* A CPU page to leave alone on this pass, seen without holding it: every register half still
+ * holds the store its last taker read, or a store that a caller is still to take (within
+ * CALLER_GRACE_NS), and nothing is due and no quiet spell needs its start noted.  Holding the
+ * page writes the lines that its producers write on every store they take themselves: done on
+ * every pass, and racing the caller for its own store (then spinning for it), the repeater moved
+ * those lines between the two cores on each of the producer's stores.  A store no caller takes is
+ * taken once its grace is over; one whose caller found the page held is taken by the holder or
+ * before the repeater sleeps, as before. */
+static int cpu_page_unchanged(const struct db_rthread *T, struct db_page *pg)
+{
+    if (pg->stop_req || pg->records_due)
+        return 0;
+    if (!pg->quiet_since && T->p.copy_order == DB_COPY_ADAPTIVE && page_has_gpu_queue(pg))
+        return 0;
+    uint32_t n = __atomic_load_n(&pg->n_lines, __ATOMIC_ACQUIRE);
+    uint64_t store = 0;
+    for (uint32_t i = 0; i < n && !store; i++) {
+        uint64_t raw = __atomic_load_n((volatile uint64_t *)(pg->cpu_fake + pg->line_off[i]), __ATOMIC_ACQUIRE);
+        if (raw != __atomic_load_n(&pg->line_last[i], __ATOMIC_RELAXED))
+            store = raw ? raw : 1;
+    }
+    if (!store) {
+        pg->store_seen_ns = 0;
+        return 1;
+    }
+    if (!T->p.caller_forward || !__atomic_load_n(&pg->callers_seen, __ATOMIC_RELAXED) ||
+        __atomic_load_n(&pg->caller_missed, __ATOMIC_RELAXED))
+        return 0;
+    uint64_t now = mono_ns();
+    if (!pg->store_seen_ns || pg->store_seen != store) { /* a store not seen before: its grace begins */
+        pg->store_seen_ns = now;
+        pg->store_seen = store;
+        return 1;
+    }
+    return now - pg->store_seen_ns < CALLER_GRACE_NS;
+}
+
 /* One pass over the thread's pages: take each new doorbell, stop the pages asked to stop.
  * 1 if a doorbell was found. */
 static int poll_pages(struct db_rthread *T, uint32_t n)
@@ -893,7 +984,7 @@ static int poll_pages(struct db_rthread *T, uint32_t n)
     int busy = 0;
     for (uint32_t i = 0; i < n; i++) {
         struct db_page *pg = T->pages[i];
-        if (pg->stopped)
+        if (pg->stopped || (pg->cpu && cpu_page_unchanged(T, pg)))
             continue;
         page_enter(pg);
         busy |= take_doorbell(T, pg);
@@ -988,6 +1079,8 @@ static int caller_missed_any(struct db_rthread *T, uint32_t n)
     return 0;
 }
 
+#define SPINS_PUBLISH_EVERY 65536u
+
 /* A pass found no doorbell.  Every 64th such pass (every one while asleep) also forwards words
  * 1-7 and releases armed copies held too long, then spins, pauses or sleeps by how long the
  * pages have been quiet. */
@@ -1009,14 +1102,18 @@ static void back_off(struct db_rthread *T, uint32_t n)
         }
     uint64_t now = mono_ns(), idle = now - b->last_active;
     expire_armed(T, n, now);
-    if (__atomic_exchange_n(&T->served, 0, __ATOMIC_ACQ_REL))
+    if (__atomic_load_n(&T->served, __ATOMIC_ACQUIRE) && __atomic_exchange_n(&T->served, 0, __ATOMIC_ACQ_REL))
         b->flushed = 0; /* WQEs announced by program threads wait for the next quiet pass */
     if (idle < (uint64_t)p->spin_us * 1000) {
         set_state(T, ST_REP_SPINNING);
-        add_counter(T, offsetof(struct st_live_repeater, spins), 64);
+        /* published in batches: the counter shares a line with the ones that a program thread
+         * taking its own stores updates on every take */
+        if ((T->spins_unpublished += 64) >= SPINS_PUBLISH_EVERY)
+            publish_spins(T);
         if (p->yield_while_spinning)
             sched_yield();
     } else if (idle < (uint64_t)p->pause_us * 1000) {
+        publish_spins(T);
         account_when_quiet(T, n);
         set_state(T, ST_REP_PAUSING);
         add_counter(T, offsetof(struct st_live_repeater, backoffs), 1);
@@ -1024,6 +1121,7 @@ static void back_off(struct db_rthread *T, uint32_t n)
             cpu_relax();
         sched_yield();
     } else {
+        publish_spins(T);
         account_when_quiet(T, n);
         if (caller_missed_any(T, n))
             return; /* a store a caller left us: take it before sleeping */

@@ -123,9 +123,15 @@ struct db_page {
     /* the page's last store was taken by a program thread: a store the repeater takes next is
      * one it saw before the caller looked, not a stream it must spin for */
     int caller_took_last;
+    /* a program thread has taken a store of this page: its stores get a caller's grace */
+    int callers_seen;
     /* the program handed this page of CPU producers to a GPU (cuMemHostGetDevicePointer): a
      * kernel rings it too, so its thread never takes the long sleeps of CPU pages only */
     volatile int gpu_mapped;
+    /* the repeater's own: when it first saw the store `store_seen` that no caller had taken yet
+     * (0: none waiting).  On a line of its own: program threads never touch it. */
+    uint64_t store_seen_ns __attribute__((aligned(64)));
+    uint64_t store_seen;
 };
 
 struct db_params {
