@@ -316,7 +316,7 @@ static struct db_copier *provision(struct db_page *pg, struct db_qp *q, size_t b
 {
     pthread_mutex_lock(&g_prov_lock);
     struct db_copier *cp = page_gpu_copier(pg);
-    if (cp && !q->mirror) {
+    if (cp && !q->mirror && q->rec_state != 2) { /* 2: retired, its mirror given back */
         q->mirror = (cp->async && g_cops && g_cops->alloc_mirror) ? g_cops->alloc_mirror(cp, bytes) : calloc(1, bytes);
         q->mirror_cp = cp;
     }
@@ -609,25 +609,41 @@ static void forward_other_words(struct db_page *pg)
     }
 }
 
-/* Account everything recovered so far; QPs destroyed meanwhile are drained and their copy of
- * the ring given back (the QP record itself stays: other threads may still hold it). */
+/* Give back a destroyed QP's copy of the ring, whether or not it ever rang (one set up but
+ * never rung holds a pinned mirror too), and retire it: rec_state 2 is never prepared, armed
+ * or provisioned again.  Not while the provisioning lock is held: a program thread may hold it
+ * inside the CUDA driver, waiting for a kernel that waits for this repeater's doorbells, so the
+ * repeater does not wait for it; the next flush tries again. */
+static void retire_qp(struct db_qp *q)
+{
+    if (pthread_mutex_trylock(&g_prov_lock) != 0)
+        return;
+    if (q->rec_state == 1)
+        wqe_rec_fini(&q->rec);
+    if (q->mirror) {
+        if (q->mirror_cp && q->mirror_cp->async && g_cops && g_cops->free_mirror)
+            g_cops->free_mirror(q->mirror_cp, q->mirror);
+        else /* made with calloc (a host queue's, or where no pinned memory was offered) */
+            free(q->mirror);
+    }
+    q->mirror = NULL;
+    q->rec_state = 2;
+    pthread_mutex_unlock(&g_prov_lock);
+}
+
+/* Account everything recovered so far; QPs destroyed meanwhile are drained and retired (the QP
+ * record itself stays: other threads may still hold it). */
 static void flush_page(struct db_page *pg)
 {
     uint32_t n = __atomic_load_n(&pg->n_qps, __ATOMIC_ACQUIRE);
     for (uint32_t i = 0; i < n; i++) {
         struct db_qp *q = pg->qps[i];
-        if (!q || q->rec_state != 1)
+        if (!q || q->rec_state == 2)
             continue;
-        wqe_rec_flush(&q->rec);
-        if (q->dead) {
-            wqe_rec_fini(&q->rec);
-            if (q->mirror_cp && q->mirror_cp->async && g_cops && g_cops->free_mirror)
-                g_cops->free_mirror(q->mirror_cp, q->mirror);
-            else
-                free(q->mirror);
-            q->mirror = NULL;
-            q->rec_state = 2;
-        }
+        if (q->rec_state == 1)
+            wqe_rec_flush(&q->rec);
+        if (q->dead)
+            retire_qp(q);
     }
 }
 

@@ -351,3 +351,24 @@ def test_doorbell_records_in_gpu_memory_are_read_through_the_copier(progs):
     assert d["record_doorbells"] >= 1
     for q in d["qps"]:
         assert_all_recovered(q, 50_000)
+
+
+@pytest.mark.parametrize("args, made", [(("--copier", "eager"), 8), (("--copier", "eager", "--forward"), 0),
+                                        (("--copier", "host"), 0)])
+def test_destroyed_qps_give_their_mirrors_back_whether_or_not_they_rang(progs, args, made):
+    """Two QPs ring, six more with queues in GPU memory join the first one's page and never
+    ring; then all eight are destroyed.  Each mirror made at setup comes back to the copier
+    once, also those of QPs that never rang (a job whose QPs come and go leaked pinned memory
+    with them), and the QPs that rang still have every WQE recovered.  Host queues' mirrors
+    are plain memory made at the first doorbell: never handed to the copier to free."""
+    d = run(progs, "--ops", "2000", "--qps", "2", "--idle", "6", "--slots", "256", "--destroy", *args)
+    assert d["mirrors_at_setup"] == made and d["mirrors_later"] == 0
+    assert d["mirrors_freed"] == made
+    assert d["mirrors_bad_frees"] == 0
+    assert d["qps"][0]["repeater"]["n_qps"] == 7 and d["qps"][1]["repeater"]["n_qps"] == 1
+    for q in d["qps"]:
+        assert q["nic_done"] == q["pi"] == q["db_len"] == 2000
+        if "--forward" in args:
+            assert q["wqe_recs"] == 0
+        else:
+            assert_all_recovered(q, 2000)
