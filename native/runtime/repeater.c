@@ -41,6 +41,7 @@ struct db_rthread {
     int state;
     uint64_t started;      /* ns */
     struct db_backoff bo;
+    int retire_due;        /* a destroyed QP could not be retired yet (retire_qp): try again */
 };
 
 static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -609,42 +610,52 @@ static void forward_other_words(struct db_page *pg)
     }
 }
 
-/* Give back a destroyed QP's copy of the ring, whether or not it ever rang (one set up but
- * never rung holds a pinned mirror too), and retire it: rec_state 2 is never prepared, armed
- * or provisioned again.  Not while the provisioning lock is held: a program thread may hold it
- * inside the CUDA driver, waiting for a kernel that waits for this repeater's doorbells, so the
- * repeater does not wait for it; the next flush tries again. */
-static void retire_qp(struct db_qp *q)
+/* Retire a destroyed QP and give back its copy of the ring, whether or not it ever rang (one
+ * set up but never rung holds a pinned mirror too): rec_state 2 is never prepared, armed or
+ * provisioned again.  Under g_prov_lock, so that a mirror being provisioned is not missed, but
+ * only tried for a moment (another repeater holds it for a few stores): a program thread may
+ * hold it inside the CUDA driver, waiting for a kernel that waits for this repeater's
+ * doorbells.  0 if it stayed busy (retire_pending tries again). */
+static int retire_qp(struct db_qp *q)
 {
-    if (pthread_mutex_trylock(&g_prov_lock) != 0)
-        return;
-    if (q->rec_state == 1)
-        wqe_rec_fini(&q->rec);
-    if (q->mirror) {
-        if (q->mirror_cp && q->mirror_cp->async && g_cops && g_cops->free_mirror)
-            g_cops->free_mirror(q->mirror_cp, q->mirror);
-        else /* made with calloc (a host queue's, or where no pinned memory was offered) */
-            free(q->mirror);
+    for (unsigned tries = 1; pthread_mutex_trylock(&g_prov_lock) != 0; tries++) {
+        if (tries == 256)
+            return 0;
+        cpu_relax();
     }
+    int had = q->rec_state;
+    uint8_t *mirror = q->mirror;
     q->mirror = NULL;
     q->rec_state = 2;
     pthread_mutex_unlock(&g_prov_lock);
+    if (had == 1)
+        wqe_rec_fini(&q->rec);
+    if (mirror) { /* outside the lock: a CUDA free can take a while */
+        if (q->mirror_cp && q->mirror_cp->async && g_cops && g_cops->free_mirror)
+            g_cops->free_mirror(q->mirror_cp, mirror);
+        else /* made with calloc (a host queue's, or where no pinned memory was offered) */
+            free(mirror);
+    }
+    return 1;
 }
 
-/* Account everything recovered so far; QPs destroyed meanwhile are drained and retired (the QP
- * record itself stays: other threads may still hold it). */
-static void flush_page(struct db_page *pg)
+/* Account everything recovered so far (`dead_only`: of destroyed QPs only); QPs destroyed
+ * meanwhile are drained and retired (the QP record itself stays: other threads may still hold
+ * it).  Returns how many destroyed QPs are left to retire. */
+static int flush_page(struct db_page *pg, int dead_only)
 {
+    int left = 0; /* once the lock was found busy, the others are left for later too */
     uint32_t n = __atomic_load_n(&pg->n_qps, __ATOMIC_ACQUIRE);
     for (uint32_t i = 0; i < n; i++) {
         struct db_qp *q = pg->qps[i];
-        if (!q || q->rec_state == 2)
+        if (!q || q->rec_state == 2 || (dead_only && !q->dead))
             continue;
         if (q->rec_state == 1)
             wqe_rec_flush(&q->rec);
-        if (q->dead)
-            retire_qp(q);
+        if (q->dead && (left || !retire_qp(q)))
+            left++;
     }
+    return left;
 }
 
 /* ---- pages of CPU producers ------------------------------------------------------------------ */
@@ -776,7 +787,8 @@ static void finish_page(struct db_page *pg)
         on_doorbell(pg->thread, pg, v, db_now());
     forward_other_words(pg);
     forward_hidden_doorbells(pg->thread, pg, 1);
-    flush_page(pg);
+    if (flush_page(pg, 0))
+        pg->thread->retire_due = 1;
     pg->live->state = ST_REP_STOPPED;
     __atomic_store_n(&pg->stopped, 1, __ATOMIC_RELEASE);
 }
@@ -940,7 +952,8 @@ static void serve_flush(struct db_rthread *T, uint32_t n)
          * scan: take it now, so the session's last doorbells are accounted */
         page_enter(pg);
         take_doorbell(T, pg);
-        flush_page(pg);
+        if (flush_page(pg, 0))
+            T->retire_due = 1;
         page_leave(pg);
     }
     report_stats(T);
@@ -970,10 +983,24 @@ static void account_when_quiet(struct db_rthread *T, uint32_t n)
     for (uint32_t i = 0; i < n; i++)
         if (!T->pages[i]->stopped) {
             page_enter(T->pages[i]);
-            flush_page(T->pages[i]);
+            if (flush_page(T->pages[i], 0))
+                T->retire_due = 1;
             page_leave(T->pages[i]);
         }
     T->bo.flushed = 1;
+}
+
+/* Destroyed QPs a flush could not retire (retire_qp), tried again on the next quiet passes; on
+ * stopped pages too (a UAR freed right after its QPs were destroyed). */
+static void retire_pending(struct db_rthread *T, uint32_t n)
+{
+    int left = 0;
+    for (uint32_t i = 0; i < n; i++) {
+        page_enter(T->pages[i]);
+        left += flush_page(T->pages[i], 1);
+        page_leave(T->pages[i]);
+    }
+    T->retire_due = left > 0;
 }
 
 /* A thread of CPU pages only that took no store itself for this long (its callers take theirs,
@@ -1025,6 +1052,8 @@ static void back_off(struct db_rthread *T, uint32_t n)
         }
     uint64_t now = mono_ns(), idle = now - b->last_active;
     expire_armed(T, n, now);
+    if (T->retire_due)
+        retire_pending(T, n);
     if (__atomic_exchange_n(&T->served, 0, __ATOMIC_ACQ_REL))
         b->flushed = 0; /* WQEs announced by program threads wait for the next quiet pass */
     if (idle < (uint64_t)p->spin_us * 1000) {

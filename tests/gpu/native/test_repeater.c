@@ -14,7 +14,9 @@
  *
  * With --idle N, N more QPs with queues in "GPU memory" join QP 0's page and never ring; with
  * --destroy every QP is destroyed once the run is over, before the final flush, and the mirrors
- * the copier made must all come back to it, each once.
+ * the copier made must all come back to it, each once.  --hold-prov: meanwhile another thread
+ * adds a QP whose mirror's allocation waits (as a CUDA call can), holding the repeaters'
+ * provisioning lock, until a flush has been served.
  *
  * Every record is checked as it is emitted: WQE and WQE_LOSS records of a QP must cover its
  * basic blocks in order, each exactly once, and each WQE must carry the fields the GPU wrote.
@@ -75,6 +77,7 @@ static struct {
     int records_gpu;  /* doorbell records in "GPU memory": read through the copier */
     uint32_t idle;    /* QPs set up on QP 0's page that never ring */
     int destroy;      /* destroy every QP after the run, before the final flush */
+    int hold_prov;    /* ... while a late QP's mirror is being made */
     uint32_t gap_us; /* idle time after each completion (a latency-bound producer) */
     int64_t lose_at;
     const char *copier;
@@ -82,6 +85,7 @@ static struct {
 
 static struct qstate Q[MAXQ];
 static struct db_qp idle_qps[MAX_IDLE];
+static struct db_qp late_qp; /* --hold-prov */
 static volatile int nic_stop, gpu_failed;
 static uint64_t nic_strangers; /* doorbells of no QP of ours */
 
@@ -201,9 +205,15 @@ static uint64_t mirrors_at_setup, mirrors_later;
 static pthread_mutex_t mirrors_lock = PTHREAD_MUTEX_INITIALIZER;
 static void *mirrors_out[4 * MAXQ + MAX_IDLE];
 static uint64_t mirrors_freed, mirrors_bad_frees;
+static volatile int alloc_hold, alloc_held; /* --hold-prov: an allocation off the setup thread waits */
 static void *tc_alloc(struct db_copier *c, size_t n)
 {
     (void)c;
+    if (alloc_hold && !pthread_equal(pthread_self(), setup_thread)) {
+        alloc_held = 1;
+        while (alloc_hold)
+            usleep(100);
+    }
     if (pthread_equal(pthread_self(), setup_thread))
         mirrors_at_setup++;
     else
@@ -235,6 +245,17 @@ static void tc_free(struct db_copier *c, void *p)
     pthread_mutex_unlock(&mirrors_lock);
 }
 static const struct db_copier_ops tc_ops = {tc_for, tc_alloc, tc_free, NULL};
+
+static uint64_t mirrors_now_freed(int *outstanding)
+{
+    pthread_mutex_lock(&mirrors_lock);
+    uint64_t freed = mirrors_freed;
+    *outstanding = 0;
+    for (size_t i = 0; i < sizeof(mirrors_out) / sizeof(mirrors_out[0]); i++)
+        *outstanding += mirrors_out[i] != NULL;
+    pthread_mutex_unlock(&mirrors_lock);
+    return freed;
+}
 
 /* ---- record checks -------------------------------------------------------------------------- */
 
@@ -469,6 +490,34 @@ static void *gpu_main(void *arg)
     return NULL;
 }
 
+/* A QP that is set up and never rings, its queue in "GPU memory" (unless host), on QP 0's page. */
+static int add_quiet_qp(struct db_qp *d, uint32_t qpn, int host)
+{
+    uint8_t *ring = aligned_alloc(4096, (size_t)opt.slots * 64);
+    uint32_t *dbr = aligned_alloc(64, 64);
+    memset(ring, 0, (size_t)opt.slots * 64);
+    memset(dbr, 0, 64);
+    *d = (struct db_qp){.qpn = qpn, .st = MLX5_ST_RC, .slots = opt.slots, .sq_addr = (uint64_t)(uintptr_t)ring,
+                        .sq_mem = host ? DB_MEM_HOST : DB_MEM_GPU, .gpu = host ? -1 : 0, .known_start = 1,
+                        .repeater = -1, .dbr_addr = (uint64_t)(uintptr_t)dbr, .dbr_mem = DB_MEM_HOST};
+    d->live = db_live_qp(d->qpn, ST_QPF_DEVX | (host ? 0 : ST_QPF_GPU_SQ));
+    return db_page_add_qp(Q[0].pg, d);
+}
+
+static void *add_late_qp(void *arg)
+{
+    add_quiet_qp(&late_qp, 0x3ff, *(int *)arg);
+    return NULL;
+}
+
+static void destroy_all(void)
+{
+    for (uint32_t i = 0; i < opt.qps; i++)
+        Q[i].dq.dead = 1;
+    for (uint32_t i = 0; i < opt.idle; i++)
+        idle_qps[i].dead = 1;
+}
+
 static int parse_kinds(const char *s)
 {
     opt.nk = 0;
@@ -487,7 +536,8 @@ int main(int argc, char **argv)
                                        {"cfg", 1, 0, 'C'},     {"aggregate", 0, 0, 'a'}, {"forward", 0, 0, 'f'},
                                        {"lose-at", 1, 0, 'l'}, {"placeholder", 0, 0, 'p'}, {"verbose", 0, 0, 'v'},
                                        {"gap-us", 1, 0, 'g'}, {"shared-line", 0, 0, 'L'}, {"records", 1, 0, 'r'},
-                                       {"idle", 1, 0, 'i'},  {"destroy", 0, 0, 'd'}, {0, 0, 0, 0}};
+                                       {"idle", 1, 0, 'i'},  {"destroy", 0, 0, 'd'}, {"hold-prov", 0, 0, 'H'},
+                                       {0, 0, 0, 0}};
     int mode = ST_DB_WQE, c;
     parse_kinds("write,read,fadd");
     while ((c = getopt_long(argc, argv, "", lo, NULL)) != -1) {
@@ -512,6 +562,7 @@ int main(int argc, char **argv)
         case 'r': opt.records_gpu = !strcmp(optarg, "gpu"); break;
         case 'i': opt.idle = (uint32_t)atoi(optarg); break;
         case 'd': opt.destroy = 1; break;
+        case 'H': opt.hold_prov = opt.destroy = 1; break;
         default: return 2;
         }
     }
@@ -561,20 +612,9 @@ int main(int argc, char **argv)
                 return 3;
         }
     }
-    for (uint32_t i = 0; i < opt.idle; i++) { /* set up like the others, on QP 0's page; never rung */
-        uint8_t *ring = aligned_alloc(4096, (size_t)opt.slots * 64);
-        uint32_t *dbr = aligned_alloc(64, 64);
-        memset(ring, 0, (size_t)opt.slots * 64);
-        memset(dbr, 0, 64);
-        struct db_qp *d = &idle_qps[i];
-        *d = (struct db_qp){.qpn = 0x300 + i, .st = MLX5_ST_RC, .slots = opt.slots,
-                            .sq_addr = (uint64_t)(uintptr_t)ring, .sq_mem = host ? DB_MEM_HOST : DB_MEM_GPU,
-                            .gpu = host ? -1 : 0, .known_start = 1, .repeater = -1,
-                            .dbr_addr = (uint64_t)(uintptr_t)dbr, .dbr_mem = DB_MEM_HOST};
-        d->live = db_live_qp(d->qpn, ST_QPF_DEVX | (host ? 0 : ST_QPF_GPU_SQ));
-        if (db_page_add_qp(Q[0].pg, d))
+    for (uint32_t i = 0; i < opt.idle; i++)
+        if (add_quiet_qp(&idle_qps[i], 0x300 + i, host))
             return 3;
-    }
     pthread_t nic, gpu[MAXQ];
     if (opt.shared_line)
         test_env.on_mmio = nic_on_store;
@@ -590,13 +630,28 @@ int main(int argc, char **argv)
     nic_stop = 1;
     if (!opt.shared_line)
         pthread_join(nic, NULL);
-    if (opt.destroy) { /* as st_devx_obj_destroy does: the repeaters drain and retire them */
-        for (uint32_t i = 0; i < opt.qps; i++)
-            Q[i].dq.dead = 1;
-        for (uint32_t i = 0; i < opt.idle; i++)
-            idle_qps[i].dead = 1;
+    /* destroyed as st_devx_obj_destroy does: their repeaters drain and retire them */
+    uint64_t freed_while_held = 0;
+    int outstanding = 0;
+    if (opt.hold_prov) { /* a flush served while a mirror is being made must not wait for it */
+        pthread_t late;
+        alloc_hold = 1;
+        pthread_create(&late, NULL, add_late_qp, &host);
+        for (int w = 0; !alloc_held && w < 10000; w++)
+            usleep(1000);
+        destroy_all();
+        db_flush_all(5000); /* an error if a repeater waited */
+        freed_while_held = mirrors_now_freed(&outstanding);
+        alloc_hold = 0;
+        pthread_join(late, NULL);
+        late_qp.dead = 1;
+    } else if (opt.destroy) {
+        destroy_all();
     }
     db_flush_all(5000);
+    /* a QP a flush found the lock busy for is retired on a later quiet pass */
+    for (int w = 0; opt.destroy && w < 5000 && (mirrors_now_freed(&outstanding), outstanding); w++)
+        usleep(1000);
 
     struct db_stats st;
     db_stats(&st);
@@ -605,10 +660,12 @@ int main(int argc, char **argv)
            ",\"unknown_qp_doorbells\":%" PRIu64 ",\"backward\":%" PRIu64 ",\"armed\":%" PRIu64
            ",\"armed_fired\":%" PRIu64 ",\"armed_released_early\":%" PRIu64 ",\"record_doorbells\":%" PRIu64
            ",\"nic_strangers\":%" PRIu64 ",\"mirrors_at_setup\":%" PRIu64 ",\"mirrors_later\":%" PRIu64
-           ",\"mirrors_freed\":%" PRIu64 ",\"mirrors_bad_frees\":%" PRIu64 ",\"qps\":[",
+           ",\"mirrors_freed\":%" PRIu64 ",\"mirrors_bad_frees\":%" PRIu64 ",\"freed_while_held\":%" PRIu64
+           ",\"qps\":[",
            secs, gpu_failed, test_env.errors, tc.copies, tc.syncs, st.unknown_qp_doorbells, st.backward_doorbells,
            tc.holds, tc.fired, tc.released_early, st.record_doorbells, nic_strangers, mirrors_at_setup,
-           __atomic_load_n(&mirrors_later, __ATOMIC_RELAXED), mirrors_freed, mirrors_bad_frees);
+           __atomic_load_n(&mirrors_later, __ATOMIC_RELAXED), mirrors_now_freed(&outstanding), mirrors_bad_frees,
+           freed_while_held);
     for (uint32_t i = 0; i < opt.qps; i++) {
         struct qstate *q = &Q[i];
         struct st_live_qp *l = test_live_qp(q->qpn);
