@@ -628,8 +628,13 @@ static int retire_qp(struct db_qp *q)
     q->mirror = NULL;
     q->rec_state = 2;
     pthread_mutex_unlock(&g_prov_lock);
-    if (had == 1)
+    if (had == 1) {
+        /* an armed copy fired or released with nothing left to parse is not waited for by the
+         * flush: it must land before its mirror goes */
+        if (mirror && q->rec.cp && q->rec.cp->async)
+            q->rec.cp->sync(q->rec.cp);
         wqe_rec_fini(&q->rec);
+    }
     if (mirror) { /* outside the lock: a CUDA free can take a while */
         if (q->mirror_cp && q->mirror_cp->async && g_cops && g_cops->free_mirror)
             g_cops->free_mirror(q->mirror_cp, mirror);

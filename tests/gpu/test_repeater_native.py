@@ -364,7 +364,7 @@ def test_destroyed_qps_give_their_mirrors_back_whether_or_not_they_rang(progs, a
     d = run(progs, "--ops", "2000", "--qps", "2", "--idle", "6", "--slots", "256", "--destroy", *args)
     assert d["mirrors_at_setup"] == made and d["mirrors_later"] == 0
     assert d["mirrors_freed"] == made
-    assert d["mirrors_bad_frees"] == 0
+    assert d["mirrors_bad_frees"] == d["late_copies"] == 0
     assert d["qps"][0]["repeater"]["n_qps"] == 7 and d["qps"][1]["repeater"]["n_qps"] == 1
     for q in d["qps"]:
         assert q["nic_done"] == q["pi"] == q["db_len"] == 2000
@@ -387,3 +387,16 @@ def test_a_repeater_never_waits_for_a_mirror_being_made(progs):
     assert d["mirrors_freed"] == 9 and d["mirrors_bad_frees"] == 0
     for q in d["qps"]:
         assert_all_recovered(q, 2000)
+
+
+def test_a_mirror_is_given_back_only_after_its_copies_landed(progs):
+    """With armed copies and a parse at every doorbell, the QP goes quiet holding an armed copy
+    into its mirror, which the flush fires (or its hold time releases) with nothing left to
+    parse, so no sync waits for it.  When the QP is destroyed, that copy lands before the mirror
+    goes (a CUDA copy into memory already unpinned), with every WQE recovered as before."""
+    d = run(progs, "--ops", "3000", "--qps", "1", "--idle", "3", "--destroy", "--copier", "lazy-armed",
+            "--cfg", "repeater_threads=1", "--cfg", "wqe_arm_blocks=16", "--cfg", "wqe_batch=1")
+    assert d["armed"] >= 1
+    assert d["mirrors_at_setup"] == d["mirrors_freed"] == 4
+    assert d["late_copies"] == 0 and d["mirrors_bad_frees"] == 0
+    assert_all_recovered(d["qps"][0], 3000)

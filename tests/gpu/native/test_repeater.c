@@ -201,10 +201,13 @@ static struct db_copier *tc_for(void *owner, void *ctx)
 static pthread_t setup_thread;
 static uint64_t mirrors_at_setup, mirrors_later;
 /* mirrors the copier made and not yet got back: a free of anything else (twice, or memory the
- * copier never made) is a bad free */
+ * copier never made) is a bad free; a copy still to land in a mirror given back, a late copy */
 static pthread_mutex_t mirrors_lock = PTHREAD_MUTEX_INITIALIZER;
-static void *mirrors_out[4 * MAXQ + MAX_IDLE];
-static uint64_t mirrors_freed, mirrors_bad_frees;
+static struct {
+    void *p;
+    size_t n;
+} mirrors_out[4 * MAXQ + MAX_IDLE];
+static uint64_t mirrors_freed, mirrors_bad_frees, late_copies;
 static volatile int alloc_hold, alloc_held; /* --hold-prov: an allocation off the setup thread waits */
 static void *tc_alloc(struct db_copier *c, size_t n)
 {
@@ -221,22 +224,35 @@ static void *tc_alloc(struct db_copier *c, size_t n)
     void *m = calloc(1, n);
     pthread_mutex_lock(&mirrors_lock);
     size_t i = 0;
-    while (i < sizeof(mirrors_out) / sizeof(mirrors_out[0]) && mirrors_out[i])
+    while (i < sizeof(mirrors_out) / sizeof(mirrors_out[0]) && mirrors_out[i].p)
         i++;
-    if (i < sizeof(mirrors_out) / sizeof(mirrors_out[0]))
-        mirrors_out[i] = m;
+    if (i < sizeof(mirrors_out) / sizeof(mirrors_out[0])) {
+        mirrors_out[i].p = m;
+        mirrors_out[i].n = n;
+    }
     pthread_mutex_unlock(&mirrors_lock);
     return m;
+}
+/* copies not yet made (lazy, or armed) that would land in [p, p + n) */
+static uint64_t copies_into(const uint8_t *p, size_t n)
+{
+    uint64_t k = 0;
+    for (size_t i = 0; i < tc.n; i++)
+        k += (const uint8_t *)tc.p[i].dst >= p && (const uint8_t *)tc.p[i].dst < p + n;
+    for (int i = 0; i < tc.n_armed; i++)
+        k += (const uint8_t *)tc.armed[i].dst >= p && (const uint8_t *)tc.armed[i].dst < p + n;
+    return k;
 }
 static void tc_free(struct db_copier *c, void *p)
 {
     (void)c;
     pthread_mutex_lock(&mirrors_lock);
     size_t i = 0;
-    while (i < sizeof(mirrors_out) / sizeof(mirrors_out[0]) && (!p || mirrors_out[i] != p))
+    while (i < sizeof(mirrors_out) / sizeof(mirrors_out[0]) && (!p || mirrors_out[i].p != p))
         i++;
     if (i < sizeof(mirrors_out) / sizeof(mirrors_out[0])) {
-        mirrors_out[i] = NULL;
+        late_copies += copies_into(p, mirrors_out[i].n);
+        mirrors_out[i].p = NULL;
         mirrors_freed++;
         free(p);
     } else {
@@ -244,6 +260,7 @@ static void tc_free(struct db_copier *c, void *p)
     }
     pthread_mutex_unlock(&mirrors_lock);
 }
+
 static const struct db_copier_ops tc_ops = {tc_for, tc_alloc, tc_free, NULL};
 
 static uint64_t mirrors_now_freed(int *outstanding)
@@ -252,7 +269,7 @@ static uint64_t mirrors_now_freed(int *outstanding)
     uint64_t freed = mirrors_freed;
     *outstanding = 0;
     for (size_t i = 0; i < sizeof(mirrors_out) / sizeof(mirrors_out[0]); i++)
-        *outstanding += mirrors_out[i] != NULL;
+        *outstanding += mirrors_out[i].p != NULL;
     pthread_mutex_unlock(&mirrors_lock);
     return freed;
 }
@@ -661,11 +678,11 @@ int main(int argc, char **argv)
            ",\"armed_fired\":%" PRIu64 ",\"armed_released_early\":%" PRIu64 ",\"record_doorbells\":%" PRIu64
            ",\"nic_strangers\":%" PRIu64 ",\"mirrors_at_setup\":%" PRIu64 ",\"mirrors_later\":%" PRIu64
            ",\"mirrors_freed\":%" PRIu64 ",\"mirrors_bad_frees\":%" PRIu64 ",\"freed_while_held\":%" PRIu64
-           ",\"qps\":[",
+           ",\"late_copies\":%" PRIu64 ",\"qps\":[",
            secs, gpu_failed, test_env.errors, tc.copies, tc.syncs, st.unknown_qp_doorbells, st.backward_doorbells,
            tc.holds, tc.fired, tc.released_early, st.record_doorbells, nic_strangers, mirrors_at_setup,
            __atomic_load_n(&mirrors_later, __ATOMIC_RELAXED), mirrors_now_freed(&outstanding), mirrors_bad_frees,
-           freed_while_held);
+           freed_while_held, late_copies);
     for (uint32_t i = 0; i < opt.qps; i++) {
         struct qstate *q = &Q[i];
         struct st_live_qp *l = test_live_qp(q->qpn);
