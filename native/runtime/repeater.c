@@ -615,7 +615,7 @@ static void forward_other_words(struct db_page *pg)
  * provisioned again.  Under g_prov_lock, so that a mirror being provisioned is not missed, but
  * only tried for a moment (another repeater holds it for a few stores): a program thread may
  * hold it inside the CUDA driver, waiting for a kernel that waits for this repeater's
- * doorbells.  0 if it stayed busy (retire_pending tries again). */
+ * doorbells.  0 if it stayed busy. */
 static int retire_qp(struct db_qp *q)
 {
     for (unsigned tries = 1; pthread_mutex_trylock(&g_prov_lock) != 0; tries++) {
@@ -646,10 +646,10 @@ static int retire_qp(struct db_qp *q)
 
 /* Account everything recovered so far (`dead_only`: of destroyed QPs only); QPs destroyed
  * meanwhile are drained and retired (the QP record itself stays: other threads may still hold
- * it).  Returns how many destroyed QPs are left to retire. */
-static int flush_page(struct db_page *pg, int dead_only)
+ * it).  *busy: the provisioning lock was found busy in this pass; the QPs it leaves are
+ * retired by a later quiet pass (retire_pending). */
+static void flush_page(struct db_page *pg, int dead_only, int *busy)
 {
-    int left = 0; /* once the lock was found busy, the others are left for later too */
     uint32_t n = __atomic_load_n(&pg->n_qps, __ATOMIC_ACQUIRE);
     for (uint32_t i = 0; i < n; i++) {
         struct db_qp *q = pg->qps[i];
@@ -657,10 +657,9 @@ static int flush_page(struct db_page *pg, int dead_only)
             continue;
         if (q->rec_state == 1)
             wqe_rec_flush(&q->rec);
-        if (q->dead && (left || !retire_qp(q)))
-            left++;
+        if (q->dead && !*busy && !retire_qp(q))
+            *busy = 1;
     }
-    return left;
 }
 
 /* ---- pages of CPU producers ------------------------------------------------------------------ */
@@ -792,7 +791,9 @@ static void finish_page(struct db_page *pg)
         on_doorbell(pg->thread, pg, v, db_now());
     forward_other_words(pg);
     forward_hidden_doorbells(pg->thread, pg, 1);
-    if (flush_page(pg, 0))
+    int busy = 0;
+    flush_page(pg, 0, &busy);
+    if (busy)
         pg->thread->retire_due = 1;
     pg->live->state = ST_REP_STOPPED;
     __atomic_store_n(&pg->stopped, 1, __ATOMIC_RELEASE);
@@ -949,6 +950,7 @@ static void serve_flush(struct db_rthread *T, uint32_t n)
             T->muted = 0;
         return;
     }
+    int busy = 0;
     for (uint32_t i = 0; i < n; i++) {
         struct db_page *pg = T->pages[i];
         if (pg->stopped)
@@ -957,10 +959,11 @@ static void serve_flush(struct db_rthread *T, uint32_t n)
          * scan: take it now, so the session's last doorbells are accounted */
         page_enter(pg);
         take_doorbell(T, pg);
-        if (flush_page(pg, 0))
-            T->retire_due = 1;
+        flush_page(pg, 0, &busy);
         page_leave(pg);
     }
+    if (busy)
+        T->retire_due = 1;
     report_stats(T);
     db_thread_mute();
     T->muted = 1;
@@ -985,27 +988,29 @@ static void account_when_quiet(struct db_rthread *T, uint32_t n)
 {
     if (T->bo.flushed)
         return;
+    int busy = 0;
     for (uint32_t i = 0; i < n; i++)
         if (!T->pages[i]->stopped) {
             page_enter(T->pages[i]);
-            if (flush_page(T->pages[i], 0))
-                T->retire_due = 1;
+            flush_page(T->pages[i], 0, &busy);
             page_leave(T->pages[i]);
         }
+    if (busy)
+        T->retire_due = 1;
     T->bo.flushed = 1;
 }
 
-/* Destroyed QPs a flush could not retire (retire_qp), tried again on the next quiet passes; on
- * stopped pages too (a UAR freed right after its QPs were destroyed). */
+/* Destroyed QPs a flush could not retire (retire_qp), tried again on the next quiet passes until
+ * the lock is free; on stopped pages too (a UAR freed right after its QPs were destroyed). */
 static void retire_pending(struct db_rthread *T, uint32_t n)
 {
-    int left = 0;
-    for (uint32_t i = 0; i < n; i++) {
+    int busy = 0;
+    for (uint32_t i = 0; i < n && !busy; i++) {
         page_enter(T->pages[i]);
-        left += flush_page(T->pages[i], 1);
+        flush_page(T->pages[i], 1, &busy);
         page_leave(T->pages[i]);
     }
-    T->retire_due = left > 0;
+    T->retire_due = busy;
 }
 
 /* A thread of CPU pages only that took no store itself for this long (its callers take theirs,

@@ -16,7 +16,8 @@
  * --destroy every QP is destroyed once the run is over, before the final flush, and the mirrors
  * the copier made must all come back to it, each once.  --hold-prov: meanwhile another thread
  * adds a QP whose mirror's allocation waits (as a CUDA call can), holding the repeaters'
- * provisioning lock, until a flush has been served.
+ * provisioning lock, until a flush has been served; then the repeaters must retire the others
+ * without being asked again.
  *
  * Every record is checked as it is emitted: WQE and WQE_LOSS records of a QP must cover its
  * basic blocks in order, each exactly once, and each WQE must carry the fields the GPU wrote.
@@ -648,7 +649,7 @@ int main(int argc, char **argv)
     if (!opt.shared_line)
         pthread_join(nic, NULL);
     /* destroyed as st_devx_obj_destroy does: their repeaters drain and retire them */
-    uint64_t freed_while_held = 0;
+    uint64_t freed_while_held = 0, freed_after_held = 0;
     int outstanding = 0;
     if (opt.hold_prov) { /* a flush served while a mirror is being made must not wait for it */
         pthread_t late;
@@ -661,6 +662,10 @@ int main(int argc, char **argv)
         freed_while_held = mirrors_now_freed(&outstanding);
         alloc_hold = 0;
         pthread_join(late, NULL);
+        /* no flush asked for: the repeaters retire the QPs left on their own, all but the late one */
+        for (int w = 0; w < 5000 && (mirrors_now_freed(&outstanding), outstanding > 1); w++)
+            usleep(1000);
+        freed_after_held = mirrors_now_freed(&outstanding);
         late_qp.dead = 1;
     } else if (opt.destroy) {
         destroy_all();
@@ -678,11 +683,11 @@ int main(int argc, char **argv)
            ",\"armed_fired\":%" PRIu64 ",\"armed_released_early\":%" PRIu64 ",\"record_doorbells\":%" PRIu64
            ",\"nic_strangers\":%" PRIu64 ",\"mirrors_at_setup\":%" PRIu64 ",\"mirrors_later\":%" PRIu64
            ",\"mirrors_freed\":%" PRIu64 ",\"mirrors_bad_frees\":%" PRIu64 ",\"freed_while_held\":%" PRIu64
-           ",\"late_copies\":%" PRIu64 ",\"qps\":[",
+           ",\"freed_after_held\":%" PRIu64 ",\"late_copies\":%" PRIu64 ",\"qps\":[",
            secs, gpu_failed, test_env.errors, tc.copies, tc.syncs, st.unknown_qp_doorbells, st.backward_doorbells,
            tc.holds, tc.fired, tc.released_early, st.record_doorbells, nic_strangers, mirrors_at_setup,
            __atomic_load_n(&mirrors_later, __ATOMIC_RELAXED), mirrors_now_freed(&outstanding), mirrors_bad_frees,
-           freed_while_held, late_copies);
+           freed_while_held, freed_after_held, late_copies);
     for (uint32_t i = 0; i < opt.qps; i++) {
         struct qstate *q = &Q[i];
         struct st_live_qp *l = test_live_qp(q->qpn);
