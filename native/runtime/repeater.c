@@ -41,6 +41,7 @@ struct db_rthread {
     uint64_t started;      /* ns */
     uint64_t spins_unpublished; /* passes not yet added to the live block's `spins` */
     struct db_backoff bo;
+    int retire_due;        /* a destroyed QP could not be retired yet (retire_qp): try again */
     /* a program thread took stores of its pages since it last looked: on a line of its own, since
      * the program threads write it on every store they take, and they read the flush words above
      * on every take too */
@@ -320,7 +321,7 @@ static struct db_copier *provision(struct db_page *pg, struct db_qp *q, size_t b
 {
     pthread_mutex_lock(&g_prov_lock);
     struct db_copier *cp = page_gpu_copier(pg);
-    if (cp && !q->mirror) {
+    if (cp && !q->mirror && q->rec_state != 2) { /* 2: retired, its mirror given back */
         q->mirror = (cp->async && g_cops && g_cops->alloc_mirror) ? g_cops->alloc_mirror(cp, bytes) : calloc(1, bytes);
         q->mirror_cp = cp;
     }
@@ -613,25 +614,55 @@ static void forward_other_words(struct db_page *pg)
     }
 }
 
-/* Account everything recovered so far; QPs destroyed meanwhile are drained and their copy of
- * the ring given back (the QP record itself stays: other threads may still hold it). */
-static void flush_page(struct db_page *pg)
+/* Retire a destroyed QP and give back its copy of the ring, whether or not it ever rang (one
+ * set up but never rung holds a pinned mirror too): rec_state 2 is never prepared, armed or
+ * provisioned again.  Under g_prov_lock, so that a mirror being provisioned is not missed, but
+ * only tried for a moment (another repeater holds it for a few stores): a program thread may
+ * hold it inside the CUDA driver, waiting for a kernel that waits for this repeater's
+ * doorbells.  0 if it stayed busy. */
+static int retire_qp(struct db_qp *q)
+{
+    for (unsigned tries = 1; pthread_mutex_trylock(&g_prov_lock) != 0; tries++) {
+        if (tries == 256)
+            return 0;
+        cpu_relax();
+    }
+    int had = q->rec_state;
+    uint8_t *mirror = q->mirror;
+    q->mirror = NULL;
+    q->rec_state = 2;
+    pthread_mutex_unlock(&g_prov_lock);
+    if (had == 1) {
+        /* an armed copy fired or released with nothing left to parse is not waited for by the
+         * flush: it must land before its mirror goes */
+        if (mirror && q->rec.cp && q->rec.cp->async)
+            q->rec.cp->sync(q->rec.cp);
+        wqe_rec_fini(&q->rec);
+    }
+    if (mirror) { /* outside the lock: a CUDA free can take a while */
+        if (q->mirror_cp && q->mirror_cp->async && g_cops && g_cops->free_mirror)
+            g_cops->free_mirror(q->mirror_cp, mirror);
+        else /* made with calloc (a host queue's, or where no pinned memory was offered) */
+            free(mirror);
+    }
+    return 1;
+}
+
+/* Account everything recovered so far (`dead_only`: of destroyed QPs only); QPs destroyed
+ * meanwhile are drained and retired (the QP record itself stays: other threads may still hold
+ * it).  *busy: the provisioning lock was found busy in this pass; the QPs it leaves are
+ * retired by a later quiet pass (retire_pending). */
+static void flush_page(struct db_page *pg, int dead_only, int *busy)
 {
     uint32_t n = __atomic_load_n(&pg->n_qps, __ATOMIC_ACQUIRE);
     for (uint32_t i = 0; i < n; i++) {
         struct db_qp *q = pg->qps[i];
-        if (!q || q->rec_state != 1)
+        if (!q || q->rec_state == 2 || (dead_only && !q->dead))
             continue;
-        wqe_rec_flush(&q->rec);
-        if (q->dead) {
-            wqe_rec_fini(&q->rec);
-            if (q->mirror_cp && q->mirror_cp->async && g_cops && g_cops->free_mirror)
-                g_cops->free_mirror(q->mirror_cp, q->mirror);
-            else
-                free(q->mirror);
-            q->mirror = NULL;
-            q->rec_state = 2;
-        }
+        if (q->rec_state == 1)
+            wqe_rec_flush(&q->rec);
+        if (q->dead && !*busy && !retire_qp(q))
+            *busy = 1;
     }
 }
 
@@ -790,7 +821,10 @@ static void finish_page(struct db_page *pg)
         on_doorbell(pg->thread, pg, v, db_now());
     forward_other_words(pg);
     forward_hidden_doorbells(pg->thread, pg, 1);
-    flush_page(pg);
+    int busy = 0;
+    flush_page(pg, 0, &busy);
+    if (busy)
+        pg->thread->retire_due = 1;
     pg->live->state = ST_REP_STOPPED;
     __atomic_store_n(&pg->stopped, 1, __ATOMIC_RELEASE);
 }
@@ -1007,6 +1041,7 @@ static void serve_flush(struct db_rthread *T, uint32_t n)
             T->muted = 0;
         return;
     }
+    int busy = 0;
     for (uint32_t i = 0; i < n; i++) {
         struct db_page *pg = T->pages[i];
         if (pg->stopped)
@@ -1015,9 +1050,11 @@ static void serve_flush(struct db_rthread *T, uint32_t n)
          * scan: take it now, so the session's last doorbells are accounted */
         page_enter(pg);
         take_doorbell(T, pg);
-        flush_page(pg);
+        flush_page(pg, 0, &busy);
         page_leave(pg);
     }
+    if (busy)
+        T->retire_due = 1;
     report_stats(T);
     db_thread_mute();
     T->muted = 1;
@@ -1042,13 +1079,29 @@ static void account_when_quiet(struct db_rthread *T, uint32_t n)
 {
     if (T->bo.flushed)
         return;
+    int busy = 0;
     for (uint32_t i = 0; i < n; i++)
         if (!T->pages[i]->stopped) {
             page_enter(T->pages[i]);
-            flush_page(T->pages[i]);
+            flush_page(T->pages[i], 0, &busy);
             page_leave(T->pages[i]);
         }
+    if (busy)
+        T->retire_due = 1;
     T->bo.flushed = 1;
+}
+
+/* Destroyed QPs a flush could not retire (retire_qp), tried again on the next quiet passes until
+ * the lock is free; on stopped pages too (a UAR freed right after its QPs were destroyed). */
+static void retire_pending(struct db_rthread *T, uint32_t n)
+{
+    int busy = 0;
+    for (uint32_t i = 0; i < n && !busy; i++) {
+        page_enter(T->pages[i]);
+        flush_page(T->pages[i], 1, &busy);
+        page_leave(T->pages[i]);
+    }
+    T->retire_due = busy;
 }
 
 /* A thread of CPU pages only that took no store itself for this long (its callers take theirs,
@@ -1102,6 +1155,8 @@ static void back_off(struct db_rthread *T, uint32_t n)
         }
     uint64_t now = mono_ns(), idle = now - b->last_active;
     expire_armed(T, n, now);
+    if (T->retire_due)
+        retire_pending(T, n);
     if (__atomic_load_n(&T->served, __ATOMIC_ACQUIRE) && __atomic_exchange_n(&T->served, 0, __ATOMIC_ACQ_REL))
         b->flushed = 0; /* WQEs announced by program threads wait for the next quiet pass */
     if (idle < (uint64_t)p->spin_us * 1000) {

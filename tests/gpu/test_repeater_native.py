@@ -351,3 +351,53 @@ def test_doorbell_records_in_gpu_memory_are_read_through_the_copier(progs):
     assert d["record_doorbells"] >= 1
     for q in d["qps"]:
         assert_all_recovered(q, 50_000)
+
+
+@pytest.mark.parametrize("args, made", [(("--copier", "eager"), 8), (("--copier", "eager", "--forward"), 0),
+                                        (("--copier", "host"), 0)])
+def test_destroyed_qps_give_their_mirrors_back_whether_or_not_they_rang(progs, args, made):
+    """Two QPs ring, six more with queues in GPU memory join the first one's page and never
+    ring; then all eight are destroyed.  Each mirror made at setup comes back to the copier
+    once, also those of QPs that never rang (a job whose QPs come and go leaked pinned memory
+    with them), and the QPs that rang still have every WQE recovered.  Host queues' mirrors
+    are plain memory made at the first doorbell: never handed to the copier to free."""
+    d = run(progs, "--ops", "2000", "--qps", "2", "--idle", "6", "--slots", "256", "--destroy", *args)
+    assert d["mirrors_at_setup"] == made and d["mirrors_later"] == 0
+    assert d["mirrors_freed"] == made
+    assert d["mirrors_bad_frees"] == d["late_copies"] == 0
+    assert d["qps"][0]["repeater"]["n_qps"] == 7 and d["qps"][1]["repeater"]["n_qps"] == 1
+    for q in d["qps"]:
+        assert q["nic_done"] == q["pi"] == q["db_len"] == 2000
+        if "--forward" in args:
+            assert q["wqe_recs"] == 0
+        else:
+            assert_all_recovered(q, 2000)
+
+
+def test_a_repeater_never_waits_for_a_mirror_being_made(progs):
+    """The QPs are destroyed and a flush is asked for while another thread adds a QP whose
+    mirror is being made (in CUDA that call can wait for the program's kernels, which may wait
+    for the repeater's doorbells), holding the lock mirrors are made and given back under.  The
+    flush is served at once, giving nothing back; once the mirror is made, the repeaters give
+    back the destroyed QPs' mirrors unasked (on a quiet pass), and the late QP's when it goes."""
+    d = run(progs, "--ops", "2000", "--qps", "2", "--idle", "6", "--slots", "256", "--hold-prov", "--copier", "eager")
+    assert d["errors"] == 0  # a flush that waited 5 s would say so
+    assert d["freed_while_held"] == 0
+    assert d["freed_after_held"] == 8
+    assert d["mirrors_at_setup"] == 8 and d["mirrors_later"] == 1
+    assert d["mirrors_freed"] == 9 and d["mirrors_bad_frees"] == 0
+    for q in d["qps"]:
+        assert_all_recovered(q, 2000)
+
+
+def test_a_mirror_is_given_back_only_after_its_copies_landed(progs):
+    """With armed copies and a parse at every doorbell, the QP goes quiet holding an armed copy
+    into its mirror, which the flush fires (or its hold time releases) with nothing left to
+    parse, so no sync waits for it.  When the QP is destroyed, that copy lands before the mirror
+    goes (a CUDA copy into memory already unpinned), with every WQE recovered as before."""
+    d = run(progs, "--ops", "3000", "--qps", "1", "--idle", "3", "--destroy", "--copier", "lazy-armed",
+            "--cfg", "repeater_threads=1", "--cfg", "wqe_arm_blocks=16", "--cfg", "wqe_batch=1")
+    assert d["armed"] >= 1
+    assert d["mirrors_at_setup"] == d["mirrors_freed"] == 4
+    assert d["late_copies"] == 0 and d["mirrors_bad_frees"] == 0
+    assert_all_recovered(d["qps"][0], 3000)

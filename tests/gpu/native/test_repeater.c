@@ -12,6 +12,13 @@
  * gets every PCIe write, and serves the QP each store names, so a doorbell the repeater never
  * forwards leaves that QP waiting: gpu_failed.
  *
+ * With --idle N, N more QPs with queues in "GPU memory" join QP 0's page and never ring; with
+ * --destroy every QP is destroyed once the run is over, before the final flush, and the mirrors
+ * the copier made must all come back to it, each once.  --hold-prov: meanwhile another thread
+ * adds a QP whose mirror's allocation waits (as a CUDA call can), holding the repeaters'
+ * provisioning lock, until a flush has been served; then the repeaters must retire the others
+ * without being asked again.
+ *
  * Every record is checked as it is emitted: WQE and WQE_LOSS records of a QP must cover its
  * basic blocks in order, each exactly once, and each WQE must carry the fields the GPU wrote.
  * Prints one JSON object; the pytest side asserts exact numbers.
@@ -33,6 +40,7 @@
 #include "gda_wqe.h"
 
 #define MAXQ 16
+#define MAX_IDLE 64
 
 struct expect {
     uint32_t idx; /* 32-bit block counter */
@@ -68,12 +76,17 @@ static struct {
     int style, burst, overrun, placeholder;
     int shared_line;  /* all QPs ring one register, as QPs sharing a UAR do */
     int records_gpu;  /* doorbell records in "GPU memory": read through the copier */
+    uint32_t idle;    /* QPs set up on QP 0's page that never ring */
+    int destroy;      /* destroy every QP after the run, before the final flush */
+    int hold_prov;    /* ... while a late QP's mirror is being made */
     uint32_t gap_us; /* idle time after each completion (a latency-bound producer) */
     int64_t lose_at;
     const char *copier;
 } opt = {.ops = 1000, .batch = 1, .slots = 64, .qps = 1, .lose_at = -1, .copier = "lazy"};
 
 static struct qstate Q[MAXQ];
+static struct db_qp idle_qps[MAX_IDLE];
+static struct db_qp late_qp; /* --hold-prov */
 static volatile int nic_stop, gpu_failed;
 static uint64_t nic_strangers; /* doorbells of no QP of ours */
 
@@ -188,21 +201,79 @@ static struct db_copier *tc_for(void *owner, void *ctx)
 /* mirrors made by the thread that sets the QPs up (before any doorbell), not by a repeater */
 static pthread_t setup_thread;
 static uint64_t mirrors_at_setup, mirrors_later;
+/* mirrors the copier made and not yet got back: a free of anything else (twice, or memory the
+ * copier never made) is a bad free; a copy still to land in a mirror given back, a late copy */
+static pthread_mutex_t mirrors_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct {
+    void *p;
+    size_t n;
+} mirrors_out[4 * MAXQ + MAX_IDLE];
+static uint64_t mirrors_freed, mirrors_bad_frees, late_copies;
+static volatile int alloc_hold, alloc_held; /* --hold-prov: an allocation off the setup thread waits */
 static void *tc_alloc(struct db_copier *c, size_t n)
 {
     (void)c;
+    if (alloc_hold && !pthread_equal(pthread_self(), setup_thread)) {
+        alloc_held = 1;
+        while (alloc_hold)
+            usleep(100);
+    }
     if (pthread_equal(pthread_self(), setup_thread))
         mirrors_at_setup++;
     else
         __atomic_add_fetch(&mirrors_later, 1, __ATOMIC_RELAXED);
-    return calloc(1, n);
+    void *m = calloc(1, n);
+    pthread_mutex_lock(&mirrors_lock);
+    size_t i = 0;
+    while (i < sizeof(mirrors_out) / sizeof(mirrors_out[0]) && mirrors_out[i].p)
+        i++;
+    if (i < sizeof(mirrors_out) / sizeof(mirrors_out[0])) {
+        mirrors_out[i].p = m;
+        mirrors_out[i].n = n;
+    }
+    pthread_mutex_unlock(&mirrors_lock);
+    return m;
+}
+/* copies not yet made (lazy, or armed) that would land in [p, p + n) */
+static uint64_t copies_into(const uint8_t *p, size_t n)
+{
+    uint64_t k = 0;
+    for (size_t i = 0; i < tc.n; i++)
+        k += (const uint8_t *)tc.p[i].dst >= p && (const uint8_t *)tc.p[i].dst < p + n;
+    for (int i = 0; i < tc.n_armed; i++)
+        k += (const uint8_t *)tc.armed[i].dst >= p && (const uint8_t *)tc.armed[i].dst < p + n;
+    return k;
 }
 static void tc_free(struct db_copier *c, void *p)
 {
     (void)c;
-    free(p);
+    pthread_mutex_lock(&mirrors_lock);
+    size_t i = 0;
+    while (i < sizeof(mirrors_out) / sizeof(mirrors_out[0]) && (!p || mirrors_out[i].p != p))
+        i++;
+    if (i < sizeof(mirrors_out) / sizeof(mirrors_out[0])) {
+        late_copies += copies_into(p, mirrors_out[i].n);
+        mirrors_out[i].p = NULL;
+        mirrors_freed++;
+        free(p);
+    } else {
+        mirrors_bad_frees++; /* not freed: it is not the copier's to free */
+    }
+    pthread_mutex_unlock(&mirrors_lock);
 }
+
 static const struct db_copier_ops tc_ops = {tc_for, tc_alloc, tc_free, NULL};
+
+static uint64_t mirrors_now_freed(int *outstanding)
+{
+    pthread_mutex_lock(&mirrors_lock);
+    uint64_t freed = mirrors_freed;
+    *outstanding = 0;
+    for (size_t i = 0; i < sizeof(mirrors_out) / sizeof(mirrors_out[0]); i++)
+        *outstanding += mirrors_out[i].p != NULL;
+    pthread_mutex_unlock(&mirrors_lock);
+    return freed;
+}
 
 /* ---- record checks -------------------------------------------------------------------------- */
 
@@ -437,6 +508,34 @@ static void *gpu_main(void *arg)
     return NULL;
 }
 
+/* A QP that is set up and never rings, its queue in "GPU memory" (unless host), on QP 0's page. */
+static int add_quiet_qp(struct db_qp *d, uint32_t qpn, int host)
+{
+    uint8_t *ring = aligned_alloc(4096, (size_t)opt.slots * 64);
+    uint32_t *dbr = aligned_alloc(64, 64);
+    memset(ring, 0, (size_t)opt.slots * 64);
+    memset(dbr, 0, 64);
+    *d = (struct db_qp){.qpn = qpn, .st = MLX5_ST_RC, .slots = opt.slots, .sq_addr = (uint64_t)(uintptr_t)ring,
+                        .sq_mem = host ? DB_MEM_HOST : DB_MEM_GPU, .gpu = host ? -1 : 0, .known_start = 1,
+                        .repeater = -1, .dbr_addr = (uint64_t)(uintptr_t)dbr, .dbr_mem = DB_MEM_HOST};
+    d->live = db_live_qp(d->qpn, ST_QPF_DEVX | (host ? 0 : ST_QPF_GPU_SQ));
+    return db_page_add_qp(Q[0].pg, d);
+}
+
+static void *add_late_qp(void *arg)
+{
+    add_quiet_qp(&late_qp, 0x3ff, *(int *)arg);
+    return NULL;
+}
+
+static void destroy_all(void)
+{
+    for (uint32_t i = 0; i < opt.qps; i++)
+        Q[i].dq.dead = 1;
+    for (uint32_t i = 0; i < opt.idle; i++)
+        idle_qps[i].dead = 1;
+}
+
 static int parse_kinds(const char *s)
 {
     opt.nk = 0;
@@ -455,6 +554,7 @@ int main(int argc, char **argv)
                                        {"cfg", 1, 0, 'C'},     {"aggregate", 0, 0, 'a'}, {"forward", 0, 0, 'f'},
                                        {"lose-at", 1, 0, 'l'}, {"placeholder", 0, 0, 'p'}, {"verbose", 0, 0, 'v'},
                                        {"gap-us", 1, 0, 'g'}, {"shared-line", 0, 0, 'L'}, {"records", 1, 0, 'r'},
+                                       {"idle", 1, 0, 'i'},  {"destroy", 0, 0, 'd'}, {"hold-prov", 0, 0, 'H'},
                                        {0, 0, 0, 0}};
     int mode = ST_DB_WQE, c;
     parse_kinds("write,read,fadd");
@@ -478,10 +578,13 @@ int main(int argc, char **argv)
         case 'g': opt.gap_us = (uint32_t)atoi(optarg); break;
         case 'L': opt.shared_line = 1; break;
         case 'r': opt.records_gpu = !strcmp(optarg, "gpu"); break;
+        case 'i': opt.idle = (uint32_t)atoi(optarg); break;
+        case 'd': opt.destroy = 1; break;
+        case 'H': opt.hold_prov = opt.destroy = 1; break;
         default: return 2;
         }
     }
-    if (opt.qps > MAXQ || opt.batch < 1 || opt.batch * 2 > opt.slots)
+    if (opt.qps > MAXQ || opt.idle > MAX_IDLE || opt.batch < 1 || opt.batch * 2 > opt.slots)
         return 2;
     tc.base = (struct db_copier){tc_copy, tc_sync, 1, tc_arm, tc_fire};
     tc.lazy = strncmp(opt.copier, "eager", 5) != 0;
@@ -527,6 +630,9 @@ int main(int argc, char **argv)
                 return 3;
         }
     }
+    for (uint32_t i = 0; i < opt.idle; i++)
+        if (add_quiet_qp(&idle_qps[i], 0x300 + i, host))
+            return 3;
     pthread_t nic, gpu[MAXQ];
     if (opt.shared_line)
         test_env.on_mmio = nic_on_store;
@@ -542,7 +648,32 @@ int main(int argc, char **argv)
     nic_stop = 1;
     if (!opt.shared_line)
         pthread_join(nic, NULL);
+    /* destroyed as st_devx_obj_destroy does: their repeaters drain and retire them */
+    uint64_t freed_while_held = 0, freed_after_held = 0;
+    int outstanding = 0;
+    if (opt.hold_prov) { /* a flush served while a mirror is being made must not wait for it */
+        pthread_t late;
+        alloc_hold = 1;
+        pthread_create(&late, NULL, add_late_qp, &host);
+        for (int w = 0; !alloc_held && w < 10000; w++)
+            usleep(1000);
+        destroy_all();
+        db_flush_all(5000); /* an error if a repeater waited */
+        freed_while_held = mirrors_now_freed(&outstanding);
+        alloc_hold = 0;
+        pthread_join(late, NULL);
+        /* no flush asked for: the repeaters retire the QPs left on their own, all but the late one */
+        for (int w = 0; w < 5000 && (mirrors_now_freed(&outstanding), outstanding > 1); w++)
+            usleep(1000);
+        freed_after_held = mirrors_now_freed(&outstanding);
+        late_qp.dead = 1;
+    } else if (opt.destroy) {
+        destroy_all();
+    }
     db_flush_all(5000);
+    /* a QP a flush found the lock busy for is retired on a later quiet pass */
+    for (int w = 0; opt.destroy && w < 5000 && (mirrors_now_freed(&outstanding), outstanding); w++)
+        usleep(1000);
 
     struct db_stats st;
     db_stats(&st);
@@ -550,10 +681,13 @@ int main(int argc, char **argv)
     printf("{\"seconds\":%.3f,\"gpu_failed\":%d,\"errors\":%" PRIu64 ",\"copies\":%" PRIu64 ",\"syncs\":%" PRIu64
            ",\"unknown_qp_doorbells\":%" PRIu64 ",\"backward\":%" PRIu64 ",\"armed\":%" PRIu64
            ",\"armed_fired\":%" PRIu64 ",\"armed_released_early\":%" PRIu64 ",\"record_doorbells\":%" PRIu64
-           ",\"nic_strangers\":%" PRIu64 ",\"mirrors_at_setup\":%" PRIu64 ",\"mirrors_later\":%" PRIu64 ",\"qps\":[",
+           ",\"nic_strangers\":%" PRIu64 ",\"mirrors_at_setup\":%" PRIu64 ",\"mirrors_later\":%" PRIu64
+           ",\"mirrors_freed\":%" PRIu64 ",\"mirrors_bad_frees\":%" PRIu64 ",\"freed_while_held\":%" PRIu64
+           ",\"freed_after_held\":%" PRIu64 ",\"late_copies\":%" PRIu64 ",\"qps\":[",
            secs, gpu_failed, test_env.errors, tc.copies, tc.syncs, st.unknown_qp_doorbells, st.backward_doorbells,
            tc.holds, tc.fired, tc.released_early, st.record_doorbells, nic_strangers, mirrors_at_setup,
-           __atomic_load_n(&mirrors_later, __ATOMIC_RELAXED));
+           __atomic_load_n(&mirrors_later, __ATOMIC_RELAXED), mirrors_now_freed(&outstanding), mirrors_bad_frees,
+           freed_while_held, freed_after_held, late_copies);
     for (uint32_t i = 0; i < opt.qps; i++) {
         struct qstate *q = &Q[i];
         struct st_live_qp *l = test_live_qp(q->qpn);
