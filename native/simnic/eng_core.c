@@ -694,6 +694,15 @@ static void engine_stop(struct sn_engine *eng)
     if (!held_here)
         pthread_join(eng->thread, NULL);
     sn_fabric_leave(eng->lid);
+    if (held_here) {
+        /* the engine thread still runs (it cannot take the lock, so it polls and sleeps on its
+         * inbox, and may have been woken just now): its inbox and its peers' stay mapped until
+         * the process is gone.  Only the name goes, so that the fabric is left all the same;
+         * unmapped here, the woken thread's next touch of its inbox was a SIGSEGV (1 exit in
+         * some 20 under load) */
+        sn_inbox_unlink(eng->lid);
+        return;
+    }
     for (struct sn_peer *p = eng->peers, *n; p; p = n) {
         n = p->next;
         munmap(p->ib, p->ib_len);
@@ -709,8 +718,6 @@ static void engine_stop(struct sn_engine *eng)
                (unsigned long long)eng->n_errors, (unsigned long long)eng->n_ud_dropped,
                (unsigned long long)eng->n_dc_key_violations);
     sn_inbox_destroy(eng->inbox, eng->inbox_len, eng->lid);
-    if (held_here)
-        return;
     free(eng->mrs);
     pthread_mutex_destroy(&eng->lock);
     free(eng);

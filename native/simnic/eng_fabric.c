@@ -588,12 +588,17 @@ struct sn_inbox *sn_inbox_create(uint16_t lid, uint64_t ring_bytes, size_t *map_
     return ib;
 }
 
-void sn_inbox_destroy(struct sn_inbox *ib, size_t map_len, uint16_t lid)
+void sn_inbox_unlink(uint16_t lid)
 {
     char name[256];
 
     inbox_name(name, sizeof(name), lid);
     shm_unlink(name);
+}
+
+void sn_inbox_destroy(struct sn_inbox *ib, size_t map_len, uint16_t lid)
+{
+    sn_inbox_unlink(lid);
     munmap(ib, map_len);
 }
 

@@ -109,6 +109,8 @@ int sn_fabric_lookup(uint16_t lid, const uint8_t *gid, uint16_t *lid_out,
 /* inboxes */
 struct sn_inbox *sn_inbox_create(uint16_t lid, uint64_t ring_bytes, size_t *map_len);
 void sn_inbox_destroy(struct sn_inbox *ib, size_t map_len, uint16_t lid);
+/* Only the inbox's name: peers no longer find it; this process keeps its mapping. */
+void sn_inbox_unlink(uint16_t lid);
 struct sn_inbox *sn_inbox_map(uint16_t lid, size_t *map_len);
 /* Claims (or finds the existing) slot for sender LID in IB; -1 when none is free. */
 int sn_inbox_claim(struct sn_inbox *ib, uint16_t sender_lid);
