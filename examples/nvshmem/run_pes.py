@@ -65,8 +65,9 @@ def one_cpu_per_core(cpus: list[int], sysfs: Path = Path("/sys/devices/system/cp
 def pe_placement(npes: int) -> list[dict[str, list[int]]] | None:
     """CPUs of each PE's program (its main thread and NVSHMEM's proxy thread), of its emulated NIC
     engine and of its repeater, on cores of their own; None where the machine has too few cores
-    (the scheduler places them).  Latency on the emulated NIC moves by 10-20 % between runs when
-    these spinning threads share cores differently from run to run; pinned, runs compare."""
+    (the scheduler places them).  So no run of a benchmark differs from another by where the
+    scheduler put these spinning threads (on the H200 the runs still spread by 20-40 %: the two
+    PEs share the GPU by time slices, docs/nvshmem.md)."""
     cores = one_cpu_per_core(sorted(os.sched_getaffinity(0)))[1:]     # the first stays with the system
     if len(cores) < 4 * npes:
         return None
@@ -86,7 +87,8 @@ def pe_argv(rank: int, program: list[str], work: Path, trace: str | None, traces
     return argv
 
 
-def start_pe(rank: int, argv: list[str], env: dict[str, str], place: dict[str, list[int]] | None) -> subprocess.Popen:
+def start_pe(argv: list[str], env: dict[str, str], place: dict[str, list[int]] | None) -> subprocess.Popen:
+    """A PE's process, on its program's CPUs with its engine's named (where it has a place)."""
     if place:
         env = dict(env, SIMNIC_ENGINE_CPUS=",".join(map(str, place["engine"])))
     app = set(place["app"]) if place else None
@@ -138,7 +140,7 @@ def main(argv: list[str] | None = None) -> int:
         place = places[r] if places else None
         argv = pe_argv(r, program, a.work, a.trace, a.traces, sigmatrace, a.transport,
                        place["repeater"] if place else None)
-        procs.append(start_pe(r, argv, pe_env(r, a.np, a.transport, os.environ), place))
+        procs.append(start_pe(argv, pe_env(r, a.np, a.transport, os.environ), place))
     rcs = wait_all(procs, t0 + a.timeout)
     pes = []
     for r in range(a.np):
