@@ -34,6 +34,7 @@ def build(tree: Path, out: Path) -> Path:
     """The harness built against TREE's runtime (its repeater.c and headers)."""
     cmd = ["cc", "-O2", "-g", "-std=gnu11", "-D_GNU_SOURCE", "-w", f"-I{tree / 'native/include'}",
            f"-I{tree / 'native/runtime'}", f"-I{tree / 'tests/gpu/native'}",
+           f"-I{ROOT / 'tests/capture/native'}",  # the harness's own (cpu_page_setup.h), with it
            str(ROOT / "bench/capture/cpu_page_cost.c"), *(str(tree / s) for s in SOURCES), "-o", str(out), "-lpthread"]
     subprocess.run(cmd, check=True)
     return out

@@ -26,6 +26,7 @@
 
 #include "db_env.h"
 #include "db_env_test.h"
+#include "cpu_page_setup.h"
 #include "repeater.h"
 
 #define SLOTS 64u
@@ -112,21 +113,9 @@ int main(int argc, char **argv)
     } else if (!strcmp(mode, "spinning")) {
         p.spin_us = p.pause_us = 600000000u; /* the whole run */
     }
-    struct db_page *pg = db_cpu_page_start(&p, fake, real);
-    if (!pg || db_cpu_page_watch(pg, 0x800) || db_cpu_page_watch(pg, 0x800 + HALF))
-        return 2;
     static struct db_qp q;
-    q.qpn = QPN;
-    q.slots = SLOTS;
-    q.sq_addr = (uint64_t)(uintptr_t)sq;
-    q.sq_mem = DB_MEM_HOST;
-    q.gpu = -1;
-    q.known_start = 1;
-    q.dbr_addr = (uint64_t)(uintptr_t)dbr;
-    q.dbr_mem = DB_MEM_HOST;
-    q.repeater = -1;
-    q.live = db_live_qp(QPN, ST_QPF_CPU_SQ);
-    if (db_page_add_qp(pg, &q))
+    struct db_page *pg = cpu_page_with_host_qp(&p, fake, real, HALF, &q, QPN, SLOTS, sq, dbr);
+    if (!pg)
         return 2;
     struct timespec settle = {0, 20000000}; /* the sleeping repeater's first polls pass */
     nanosleep(&settle, NULL);

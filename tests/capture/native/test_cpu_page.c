@@ -23,6 +23,7 @@
 
 #include "db_env.h"
 #include "db_env_test.h"
+#include "cpu_page_setup.h"
 #include "repeater.h"
 
 #define SLOTS 64u
@@ -154,22 +155,9 @@ int main(int argc, char **argv)
         p.spin_us = p.pause_us = 0;
         p.sleep_us = p.max_sleep_us = 900000;
     }
-    struct db_page *pg = page = db_cpu_page_start(&p, fake, real);
-    if (!pg || db_cpu_page_watch(pg, 0x800) || db_cpu_page_watch(pg, 0x800 + HALF))
-        return 2;
     static struct db_qp q;
-    q.qpn = QPN;
-    q.st = 0;
-    q.slots = SLOTS;
-    q.sq_addr = (uint64_t)(uintptr_t)sq;
-    q.sq_mem = DB_MEM_HOST;
-    q.gpu = -1;
-    q.known_start = 1;
-    q.dbr_addr = (uint64_t)(uintptr_t)dbr;
-    q.dbr_mem = DB_MEM_HOST;
-    q.repeater = -1;
-    q.live = db_live_qp(QPN, ST_QPF_CPU_SQ);
-    if (db_page_add_qp(pg, &q))
+    struct db_page *pg = page = cpu_page_with_host_qp(&p, fake, real, HALF, &q, QPN, SLOTS, sq, dbr);
+    if (!pg)
         return 2;
     pthread_t tp, tn;
     if (caller_only) { /* let the repeater's first 64 polls pass: it sleeps from then on */
