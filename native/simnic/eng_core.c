@@ -548,8 +548,10 @@ static void *engine_main(void *arg)
         idle = now - idle_since;
         direct = eng->n_direct_qps != 0;
         if (idle < SPIN_NS && (!direct || spin_beside_direct())) {
-            for (int i = 0; i < 16; i++)
-                cpu_relax();
+            /* one pause between passes: it takes 50 ns and more on recent Xeons, so a run of
+             * them made each pass wait most of a microsecond and every message hop (doorbell ->
+             * engine -> peer engine) wait half that on average (bench/simnic_bench.py) */
+            cpu_relax();
         } else if (!direct && idle < YIELD_NS) {
             sched_yield();
         } else {
