@@ -10,8 +10,11 @@
  * does for 200 us after a store it took itself and, with pauses, until 2 ms), "sleeping" (the
  * repeater sleeps through the run: the producer takes every store alone).
  * Each post is a one-block RDMA WRITE written into a 64-block host send queue, the doorbell record,
- * the BlueFlame copy to alternating halves, as UCX's rc_mlx5 does; the real page is read back by
- * nobody (a NIC's reads are not what is measured).
+ * the BlueFlame copy to alternating halves, as UCX's rc_mlx5 does.  The real page is read back by
+ * nobody, unless a fourth argument "nic" is given: then a thread on CPU 2 polls its two control
+ * words as the emulated NIC's engine does on a machine with cores to spare (a load of each, one
+ * pause between passes) and reads the WQE each new word announces, so that the cost of storing
+ * into a register another core watches is in both the direct post and the forward.
  */
 #include <endian.h>
 #include <emmintrin.h>
@@ -53,18 +56,29 @@ static void pin(int cpu)
 
 static uint64_t gap_ns = 1500;
 
+/* with "nic": when the NIC's poller last saw a new control word, and how many it saw */
+static volatile uint64_t nic_seen_ns, nic_seen;
+static uint64_t to_nic_ns, to_nic_n;
+
 /* N posts to `bf` (the page the producer was handed); `page`: serve it after each (NULL: none).
  * The mean time of one post and its service, posts GAP_NS apart (a producer waiting for its
  * completion, as in a latency test: each store is a doorbell of its own). */
 static double posts(uint64_t n, volatile uint8_t *bf, struct db_page *page)
 {
     uint32_t pi = 0, half = 0;
-    uint64_t spent = 0;
+    uint64_t spent = 0, posted_at = 0, seen_before = 0;
+    to_nic_ns = to_nic_n = 0;
     for (uint64_t i = 0; i < n; i++) {
         uint64_t t0 = now_ns();
         while (now_ns() - t0 < gap_ns)
             __builtin_ia32_pause();
-        t0 = now_ns();
+        uint64_t seen = __atomic_load_n(&nic_seen, __ATOMIC_ACQUIRE);
+        if (posted_at && seen == seen_before + 1) { /* the poller saw the last post, and only it */
+            to_nic_ns += __atomic_load_n(&nic_seen_ns, __ATOMIC_ACQUIRE) - posted_at;
+            to_nic_n++;
+        }
+        seen_before = seen;
+        t0 = posted_at = now_ns();
         uint64_t w[8] = {0};
         w[0] = htobe64((uint64_t)((pi & 0xffff) << 8 | 0x08) << 32 | (QPN << 8 | 3));
         w[2] = htobe64(0x1000 * i);
@@ -88,6 +102,42 @@ static double posts(uint64_t n, volatile uint8_t *bf, struct db_page *page)
     return (double)spent / (double)n;
 }
 
+static volatile int nic_stop;
+
+/* The emulated NIC's side of the real page: poll both control words, read what each announces. */
+static void *nic_poll(void *arg)
+{
+    volatile uint8_t *real = arg;
+    uint64_t last[2] = {0, 0}, seen = 0, sum = 0;
+    pin(2);
+    while (!nic_stop) {
+        for (int h = 0; h < 2; h++) {
+            uint64_t w = __atomic_load_n((volatile uint64_t *)(real + 0x800 + h * HALF), __ATOMIC_ACQUIRE);
+            if (w == last[h])
+                continue;
+            last[h] = w;
+            uint32_t idx = (be32toh((uint32_t)w) >> 8) & 0xffff;
+            const volatile uint64_t *wqe = (const volatile uint64_t *)(sq + (idx % SLOTS) * 64);
+            __atomic_store_n(&nic_seen_ns, now_ns(), __ATOMIC_RELEASE);
+            for (int k = 0; k < 8; k++)
+                sum += wqe[k];
+            __atomic_store_n(&nic_seen, ++seen, __ATOMIC_RELEASE);
+        }
+        __builtin_ia32_pause();
+    }
+    return (void *)(uintptr_t)sum; /* the reads must happen */
+}
+
+/* ",\"ns_to_nic\":X": the mean time from a post's start until the poller saw it (with "nic") */
+static const char *to_nic_json(void)
+{
+    static char buf[64];
+    buf[0] = 0;
+    if (to_nic_n)
+        snprintf(buf, sizeof(buf), ",\"ns_to_nic\":%.1f", (double)to_nic_ns / (double)to_nic_n);
+    return buf;
+}
+
 int main(int argc, char **argv)
 {
     uint64_t n = argc > 1 ? strtoull(argv[1], NULL, 0) : 1000000;
@@ -96,14 +146,24 @@ int main(int argc, char **argv)
         gap_ns = strtoull(argv[3], NULL, 0);
     volatile uint8_t *fake = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
     volatile uint8_t *real = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    pthread_t nic;
+    int with_nic = argc > 4 && !strcmp(argv[4], "nic");
+    if (with_nic && pthread_create(&nic, NULL, nic_poll, (void *)real) != 0) /* before pin(0): not inherited */
+        return 2;
     pin(0);
     if (!strcmp(mode, "direct")) {
         posts(n / 10, real, NULL); /* warm-up */
-        printf("{\"mode\":\"direct\",\"posts\":%" PRIu64 ",\"ns_per_post\":%.1f}\n", n, posts(n, real, NULL));
+        double ns = posts(n, real, NULL);
+        printf("{\"mode\":\"direct\",\"posts\":%" PRIu64 ",\"ns_per_post\":%.1f%s}\n", n, ns, to_nic_json());
         return 0;
     }
+    /* what the take does, part by part: CPU_PAGE_DOORBELLS=forward (no WQE recovery),
+     * CPU_PAGE_RECORDS=0 (nothing recorded, as in aggregate mode) */
+    const char *dbm = getenv("CPU_PAGE_DOORBELLS"), *recs = getenv("CPU_PAGE_RECORDS");
+    if (recs && !strcmp(recs, "0"))
+        test_env.records = 0;
     struct db_params p;
-    db_params_load(&p, ST_DB_WQE);
+    db_params_load(&p, dbm && !strcmp(dbm, "forward") ? ST_DB_FORWARD : ST_DB_WQE);
     p.cpus[0] = 1;
     p.n_cpus = 1;
     p.yield_while_spinning = 0;
@@ -125,7 +185,7 @@ int main(int argc, char **argv)
     db_flush_all(10000);
     printf("{\"mode\":\"%s\",\"posts\":%" PRIu64 ",\"ns_per_post\":%.1f,\"forwarded\":%" PRIu64
            ",\"forwarded_by_caller\":%" PRIu64 ",\"repeater_spins\":%" PRIu64 ",\"repeater_backoffs\":%" PRIu64
-           ",\"repeater_sleeps\":%" PRIu64 "}\n", mode, n, ns, forwarded, by_caller, pg->live->spins,
-           pg->live->backoffs, pg->live->sleeps);
+           ",\"repeater_sleeps\":%" PRIu64 "%s}\n", mode, n, ns, forwarded, by_caller, pg->live->spins,
+           pg->live->backoffs, pg->live->sleeps, to_nic_json());
     return 0;
 }

@@ -389,11 +389,13 @@ static void recover_blocks(struct db_page *pg, struct db_qp *q, uint64_t delta, 
  * doorbell covering many (coalesced, or a large batch) says the producer is running ahead. */
 static int copy_after(const struct db_rthread *T, const struct db_page *pg, const struct db_qp *q, uint64_t delta)
 {
-    /* a host queue's copy is a memcpy: the NIC never sees a WQE we did not read.  A queue in GPU
+    /* a host queue's copy is a memcpy before the forward: the NIC never sees a WQE we did not
+     * read.  Taken by the thread that posted, after it: that thread cannot reuse the slot before
+     * it returns, and the put reaches the NIC without waiting for the copy.  A queue in GPU
      * memory rung through a page of CPU producers (NVSHMEM's CPU proxy) is copied as on a GPU
      * page */
     if (pg->cpu && q->sq_mem != DB_MEM_GPU)
-        return 0;
+        return pg->held_by_caller;
     if (T->p.copy_order != DB_COPY_ADAPTIVE)
         return T->p.copy_order == DB_COPY_AFTER;
     uint64_t few = q->slots / 16 > 1 ? q->slots / 16 : 1;
@@ -829,7 +831,9 @@ int db_cpu_page_service(struct db_page *pg)
         __atomic_load_n(&T->flush_req, __ATOMIC_ACQUIRE) == __atomic_load_n(&T->flush_ack, __ATOMIC_ACQUIRE)) {
         uint64_t before = pg->live->forwarded;
         int parse_left = 0;
+        pg->held_by_caller = 1;
         took = take_cpu_lines(T, pg, 1, &parse_left);
+        pg->held_by_caller = 0;
         pg->live->forwarded_by_caller += pg->live->forwarded - before;
         if (took) {
             if (!pg->caller_took_last) /* written when it changes: the repeater reads them */

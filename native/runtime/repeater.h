@@ -117,6 +117,10 @@ struct db_page {
     /* held by whoever takes the page's stores: its repeater thread, or a program thread right
      * after it rang (db_cpu_page_service) */
     volatile int busy;
+    /* while the page's holder is the program thread that stored (db_cpu_page_service): the thread
+     * cannot reuse a queue slot before it returns, so a host queue's blocks are read after the
+     * forward, off the operation's path to the NIC */
+    int held_by_caller;
     /* a program thread found the page held: its store waits for the repeater, which must not
      * sleep before it looked again.  Cleared by whoever takes the lines next. */
     volatile int caller_missed;

@@ -59,6 +59,8 @@ def test_cpu_page_producer_and_repeater_race_for_its_stores(cpu_page_exe):
 
 def test_cpu_page_producer_takes_every_store_while_the_repeater_sleeps(cpu_page_exe):
     """With the repeater asleep (no core for it), every store is forwarded by the producer itself,
-    right after it rang, and recorded exactly; the repeater parses the WQEs at the end."""
+    right after it rang, and recorded exactly; the producer also parses each WQE before its take
+    returns (a host queue: the repeater, on another core, never reads the blocks)."""
     r = run_exact(cpu_page_exe, 2000, "caller-only")
     assert r["forwarded_by_caller"] == r["forwarded"] == r["doorbells"] == 2000 and r["stale"] == 0
+    assert r["parsed_late"] == 0
