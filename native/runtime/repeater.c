@@ -726,9 +726,8 @@ struct cpu_store {
 /* A program thread that took its own store parses the WQEs of a host queue right away, on its
  * own thread, while their copies are in its cache.  Parsed later by the repeater, the copies'
  * lines (and the QP's recovery state) moved to the repeater's core, and the program's next post
- * waited to take them back: +0.3 us per UCT put_short on 16 cores (bench/ucx_bench.py), against
- * +0.07 us with doorbells forwarded only.  A queue in GPU memory (stream copies) is left to the
- * repeater's quiet pass.  0 if nothing is left for it. */
+ * waited to take them back.  A queue in GPU memory (stream copies) is left to the repeater's
+ * quiet pass.  0 if nothing is left for it. */
 static int parse_own_take(struct db_qp *const volatile *qps, uint32_t k)
 {
     int left = 0;
@@ -745,10 +744,10 @@ static int parse_own_take(struct db_qp *const volatile *qps, uint32_t k)
 }
 
 /* Every register half of a CPU page whose control word changed: forwarded, per QP in producer
- * index order (a producer alternates halves, so the later store may be read first).  BY_CALLER:
- * taken by the thread that stored (db_cpu_page_service), which then parses what it can.  1 if
- * any store was taken; *PARSE_LEFT: WQEs wait for the repeater's quiet pass. */
-static int take_cpu_lines(struct db_rthread *T, struct db_page *pg, int by_caller, int *parse_left)
+ * index order (a producer alternates halves, so the later store may be read first).  1 if any.
+ * CALLER_LEFT: taken by the thread that stored (db_cpu_page_service), which then parses what it
+ * can; set to whether WQEs wait for the repeater's quiet pass.  NULL: the repeater's take. */
+static int take_cpu_lines(struct db_rthread *T, struct db_page *pg, int *caller_left)
 {
     struct cpu_store st[DB_PAGE_MAX_LINES];
     /* before reading the lines: a caller that said it missed the page stored before saying so.
@@ -794,10 +793,9 @@ static int take_cpu_lines(struct db_rthread *T, struct db_page *pg, int by_calle
         pg->records_due = 1;
     if (pg->records_due)
         forward_hidden_doorbells(T, pg, 0);
-    if (parse_left) /* several QPs: a hidden doorbell may have announced any of them */
-        *parse_left = !by_caller ? 1
-                      : pg->records_due ? parse_own_take(pg->qps, __atomic_load_n(&pg->n_qps, __ATOMIC_ACQUIRE))
-                                        : parse_own_take(rung, k);
+    if (caller_left) /* several QPs: a hidden doorbell may have announced any of them */
+        *caller_left = pg->records_due ? parse_own_take(pg->qps, __atomic_load_n(&pg->n_qps, __ATOMIC_ACQUIRE))
+                                       : parse_own_take(rung, k);
     return 1;
 }
 
@@ -832,7 +830,7 @@ int db_cpu_page_service(struct db_page *pg)
         uint64_t before = pg->live->forwarded;
         int parse_left = 0;
         pg->held_by_caller = 1;
-        took = take_cpu_lines(T, pg, 1, &parse_left);
+        took = take_cpu_lines(T, pg, &parse_left);
         pg->held_by_caller = 0;
         pg->live->forwarded_by_caller += pg->live->forwarded - before;
         if (took) {
@@ -852,7 +850,7 @@ static void finish_page(struct db_page *pg)
 {
     uint64_t v = __atomic_load_n(&pg->watch[0], __ATOMIC_RELAXED);
     if (pg->cpu)
-        take_cpu_lines(pg->thread, pg, 0, NULL);
+        take_cpu_lines(pg->thread, pg, NULL);
     else if (v != pg->last[0])
         on_doorbell(pg->thread, pg, v, db_now());
     forward_other_words(pg);
@@ -934,7 +932,7 @@ static int take_doorbell(struct db_rthread *T, struct db_page *pg)
          * caller takes the next ones.  Spinning for it, the repeater took the cores of two
          * spinning programs for 2 ms (spin, then pause) and, awake, won the next race too. */
         int callers = pg->caller_took_last;
-        if (!take_cpu_lines(T, pg, 0, NULL))
+        if (!take_cpu_lines(T, pg, NULL))
             return 0;
         pg->caller_took_last = 0;
         if (!callers)
