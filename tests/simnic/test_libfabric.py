@@ -10,7 +10,9 @@ import time
 
 import pytest
 
-from .conftest import Result, free_port, run, run_pair, tcp_listening
+from sigmatrace.simnic import environment
+
+from .conftest import Result, example, free_port, run, run_pair, tcp_listening
 
 # The row each side prints once all its exchanges are done (-c: every received buffer checked):
 # size, sent, =acked, total bytes both ways (4096 * 50 * 2 = 400k)
@@ -137,3 +139,15 @@ def test_fi_pingpong_rdm(nic_env):
     whose completion rxm dropped with the connection.  Anything else fails."""
     srv, cli = _pingpong_rdm(nic_env, 4096, 50)
     assert _rdm_outcome(srv, cli) in ("passed", "fin send cancelled", "fin receive dropped")
+
+
+def test_send_completion_on_first_poll_after_ack(fabric):
+    """What made the race above far more frequent here than on hardware: a poll that found the
+    CQ empty and then ran the engine's pass (the polling assist) returned empty although the
+    pass had just handled the peer's ACK, long arrived, and written the send's completion.  The
+    sender's NIC thread is starved (examples/rdma/poll_after_ack.c), so every round's ACK waits
+    in its inbox for that poll: before, every round but at most the first returned 0."""
+    env = {**os.environ, **environment(devices=2, fabric=fabric)}
+    r = run([str(example("poll_after_ack")), "20"], env, timeout=60)
+    assert r.rc == 0, r.out + r.err
+    assert r.out.splitlines() == [f"round {i}: 1 success" for i in range(20)], r.out
