@@ -142,12 +142,17 @@ def test_fi_pingpong_rdm(nic_env):
 
 
 def test_send_completion_on_first_poll_after_ack(fabric):
-    """What made the race above far more frequent here than on hardware: a poll that found the
-    CQ empty and then ran the engine's pass (the polling assist) returned empty although the
-    pass had just handled the peer's ACK, long arrived, and written the send's completion.  The
-    sender's NIC thread is starved (examples/rdma/poll_after_ack.c), so every round's ACK waits
-    in its inbox for that poll: before, every round but at most the first returned 0."""
+    """What made the race above reachable by the emulator's own path: a poll that found the CQ
+    empty and then ran the engine's pass (the polling assist) returned empty although the pass
+    had just handled the peer's ACK, long arrived, and written the send's completion.  The
+    sender's NIC thread is starved (examples/rdma/poll_after_ack.c), so each round's ACK waits
+    in its inbox for that poll; rounds in which the NIC thread still got the CPU are reported
+    as such and prove nothing.  Before, every round that was not disturbed returned 0."""
     env = {**os.environ, **environment(devices=2, fabric=fabric)}
-    r = run([str(example("poll_after_ack")), "20"], env, timeout=60)
+    r = run([str(example("poll_after_ack")), "60"], env, timeout=60)
     assert r.rc == 0, r.out + r.err
-    assert r.out.splitlines() == [f"round {i}: 1 success" for i in range(20)], r.out
+    lines = r.out.splitlines()
+    assert len(lines) == 60, r.out
+    exact = [ln for ln in lines if not ln.endswith(": disturbed")]
+    assert len(exact) >= 10, r.out
+    assert exact == [f"{ln.split(':')[0]}: 1 success" for ln in exact], r.out
