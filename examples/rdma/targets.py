@@ -25,3 +25,6 @@ TARGETS.append(Target(out="bin/cm_edges", sources=["examples/rdma/cm_edges.c"], 
 # The last message before rdma_disconnect (tests/simnic/test_rdmacm.py).
 TARGETS.append(Target(out="bin/cm_last_message", sources=["examples/rdma/cm_last_message.c"],
                       kind="exe", cflags=_CFLAGS, libs=["rdmacm", "ibverbs"]))
+# A send's completion on the first poll after its ACK arrived (tests/simnic/test_libfabric.py).
+TARGETS.append(Target(out="bin/poll_after_ack", sources=["examples/rdma/poll_after_ack.c"],
+                      kind="exe", cflags=_CFLAGS, libs=["ibverbs"]))

@@ -202,9 +202,9 @@ static void update_ci(struct sn_cq *cq)
                           memory_order_release);
 }
 
-int sn_poll_cq(struct ibv_cq *ibcq, int n, struct ibv_wc *wc)
+/* Takes up to N completions off CQ into WC. */
+static int take_cqes(struct sn_cq *cq, int n, struct ibv_wc *wc)
 {
-    struct sn_cq *cq = (struct sn_cq *)ibcq;
     int got = 0;
     uint64_t ts;
 
@@ -221,8 +221,24 @@ int sn_poll_cq(struct ibv_cq *ibcq, int n, struct ibv_wc *wc)
     if (cq->ci != be32toh(cq->dbrec[0]))
         update_ci(cq);
     pthread_spin_unlock(&cq->lock);
-    if (!got)
+    return got;
+}
+
+/* An empty CQ is read again after the polling assist's pass: a ConnectX has a send's
+ * completion in the CQ microseconds after the peer's ACK reaches the port, whatever the host's
+ * threads do, so a poll that ran the pass handling that ACK returns the completion it wrote.
+ * Returning empty let a program see what followed the ACK first: libfabric's rxm, finding its
+ * CQ empty, read the peer's disconnection (sent after the peer saw its receive) and destroyed
+ * the QP with that completion unread (examples/rdma/poll_after_ack.c). */
+int sn_poll_cq(struct ibv_cq *ibcq, int n, struct ibv_wc *wc)
+{
+    struct sn_cq *cq = (struct sn_cq *)ibcq;
+    int got = take_cqes(cq, n, wc);
+
+    if (!got) {
         sn_engine_assist(cq->ctx->eng);
+        got = take_cqes(cq, n, wc);
+    }
     return got;
 }
 
@@ -332,9 +348,16 @@ static int start_poll(struct ibv_cq_ex *ibcq, struct ibv_poll_cq_attr *attr)
     pthread_spin_lock(&cq->lock);
     ret = poll_one_ex(cq);
     if (ret) {
+        /* empty: read again after the assist's pass, as sn_poll_cq does */
         update_ci(cq);
         pthread_spin_unlock(&cq->lock);
         sn_engine_assist(cq->ctx->eng);
+        pthread_spin_lock(&cq->lock);
+        ret = poll_one_ex(cq);
+        if (ret) {
+            update_ci(cq);
+            pthread_spin_unlock(&cq->lock);
+        }
     }
     return ret;
 }
