@@ -39,10 +39,29 @@ def _kill(p: subprocess.Popen) -> None:
     p.wait()
 
 
+def start(argv, env) -> subprocess.Popen:
+    """ARGV started in a process group of its own, its output piped."""
+    return subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, start_new_session=True)
+
+
+def start_server(argv, env, deadline: float, ready=None) -> subprocess.Popen:
+    """ARGV started, returned once READY() says it listens (at once without READY); the test
+    fails if the server exits first or DEADLINE (time.monotonic) passes, the server killed."""
+    srv = start(argv, env)
+    while ready is not None and not ready():
+        if srv.poll() is not None or time.monotonic() > deadline:
+            if srv.poll() is None:
+                _kill(srv)
+            out, err = srv.communicate()
+            pytest.fail(f"server never listened (rc {srv.returncode})\nstdout:\n{out}\nstderr:\n{err}")
+        time.sleep(0.05)
+    return srv
+
+
 def run(argv, env, timeout=60, check=False) -> Result:
     """Runs ARGV to completion (killed with its process group after TIMEOUT)."""
-    p = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                         text=True, start_new_session=True)
+    p = start(argv, env)
     try:
         out, err = p.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
@@ -74,15 +93,9 @@ def run_pair(server_argv, client_argv, env, timeout=120, server_env=None, ready=
     """Starts the server, waits until READY() says it listens (when given), then runs the client,
     again while its output holds RETRY_ON (a client that started before the server listened fails
     at once).  Returns (server, client) results."""
-    srv = subprocess.Popen(server_argv, env=server_env or env, stdout=subprocess.PIPE,
-                           stderr=subprocess.PIPE, text=True, start_new_session=True)
     deadline = time.monotonic() + timeout
+    srv = start_server(server_argv, server_env or env, deadline, ready)
     try:
-        while ready is not None and not ready():
-            if srv.poll() is not None or time.monotonic() > deadline:
-                out, err = srv.communicate()
-                pytest.fail(f"server never listened (rc {srv.returncode})\nstdout:\n{out}\nstderr:\n{err}")
-            time.sleep(0.05)
         while True:
             cli = run(client_argv, env, timeout=max(1, deadline - time.monotonic()))
             if cli.rc == 0 or retry_on is None or retry_on not in cli.out + cli.err or \

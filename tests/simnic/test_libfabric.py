@@ -12,7 +12,7 @@ import pytest
 
 from sigmatrace.simnic import environment
 
-from .conftest import Result, example, free_port, run, run_pair, tcp_listening
+from .conftest import Result, example, free_port, run, run_pair, start, start_server, tcp_listening
 
 # The row each side prints once all its exchanges are done (-c: every received buffer checked):
 # size, sent, =acked, total bytes both ways (4096 * 50 * 2 = 400k)
@@ -56,17 +56,10 @@ def _pingpong_rdm(env, size: int, iters: int):
     reported with rc None, not failed at the timeout: that is one outcome of rxm's race."""
     port = free_port()
     args = ["fi_pingpong", "-p", "verbs", "-e", "rdm", "-S", str(size), "-I", str(iters), "-c"]
-    popen = dict(env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                 start_new_session=True)
-    srv = subprocess.Popen(args + ["-B", str(port)], **popen)
-    procs = [srv]
+    deadline = time.monotonic() + 60
+    procs = [start_server(args + ["-B", str(port)], env, deadline, ready=lambda: tcp_listening(port))]
     try:
-        deadline = time.monotonic() + 60
-        while not tcp_listening(port):
-            if srv.poll() is not None or time.monotonic() > deadline:
-                pytest.fail(f"server never listened: {_stop(srv)}")
-            time.sleep(0.05)
-        procs.append(subprocess.Popen(args + ["-P", str(port), "127.0.0.1"], **popen))
+        procs.append(start(args + ["-P", str(port), "127.0.0.1"], env))
         first_exit = None
         while time.monotonic() < deadline:
             done = [p.poll() is not None for p in procs]
